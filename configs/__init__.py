@@ -1,0 +1,1 @@
+"""Profiles of `nandoctor run` (quick, standard, thorough), shipped as package data."""

@@ -1,0 +1,5 @@
+"""`python -m nandoctor` runs the command-line interface."""
+
+from nandoctor.cli import main
+
+main()

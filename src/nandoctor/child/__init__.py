@@ -1,0 +1,1 @@
+"""What runs inside the child process, around the user's script."""

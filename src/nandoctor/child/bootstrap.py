@@ -1,0 +1,120 @@
+"""Start-up of a child run: instrument torch, run the script as `python script.py` would."""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import runpy
+import sys
+import time
+import traceback
+
+from nandoctor.child.events import EventWriter
+from nandoctor.child.options import ChildOptions
+
+
+def main() -> None:
+    options = ChildOptions.load(sys.argv[1])
+    events = EventWriter(options.events_path)
+    started = time.monotonic()
+    try:
+        session = _instrument(options, events)
+    except Exception as error:  # nandoctor's own failure: say so, run nothing half-instrumented
+        events.emit("internal_error", text=f"{type(error).__name__}: {error}",
+                    traceback=traceback.format_exc())  # fmt: skip
+        sys.exit(70)
+    outcome = _run_script(options, session, events)
+    session.remove()
+    events.emit("end", outcome=outcome, steps=session.step, backward_calls=session.backward_calls,
+                duration_s=round(time.monotonic() - started, 3))  # fmt: skip
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def _instrument(options: ChildOptions, events: EventWriter):
+    import torch
+
+    from nandoctor.child.session import WatchSession
+
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    session = WatchSession(options, events)
+    events.emit("start", pid=os.getpid(), torch=torch.__version__, python=platform.python_version(),
+                cuda=torch.cuda.is_available(), threads=torch.get_num_threads(),
+                detect=options.detect)  # fmt: skip
+    for probe in options.probes:
+        _install_probe(probe, session, options)
+    session.install()
+    return session
+
+
+def _install_probe(stage: str, session, options: ChildOptions) -> None:
+    """A stage that looks inside the run (data scan, init check) has `install_probe(session,
+    options)` in its module, next to the parent-side analysis of what the probe reports."""
+    import importlib
+
+    module = importlib.import_module(f"nandoctor.stages.{stage}")
+    module.install_probe(session, options)
+
+
+def _seed_everything(seed: int) -> None:
+    """Same seeds in every run, so runs of one script are comparable (the script's own seeding,
+    if any, runs later and wins)."""
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+
+
+def _run_script(options: ChildOptions, session, events: EventWriter) -> str:
+    """Run the script as `python script.py args` would; return how it ended."""
+    from nandoctor.instrument.detector import StopRun
+
+    script = options.script
+    sys.argv = [script, *options.args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    if options.seed is not None:
+        _seed_everything(options.seed)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except StopRun:
+        return "stopped"
+    except SystemExit as exit_:
+        code = exit_.code
+        if code in (None, 0):
+            return "finished"
+        events.emit("script_exit", code=code if isinstance(code, int) else 1,
+                    message=None if isinstance(code, int) else str(code))  # fmt: skip
+        return "exit"
+    except KeyboardInterrupt:
+        return "interrupted"
+    except BaseException as error:  # the user's own failure is data for the report
+        if session.stopping:  # the script failed while being stopped: the stop is what counts
+            return "stopped"
+        events.emit("script_error", **_describe_error(error))
+        return "error"
+    return "finished"
+
+
+def _describe_error(error: BaseException) -> dict:
+    """The exception with its traceback trimmed to the user's frames."""
+    from nandoctor.instrument.frames import is_library_file
+
+    frames = traceback.extract_tb(error.__traceback__)
+    user_frames = [f for f in frames if not is_library_file(os.path.abspath(f.filename))]
+    shown = traceback.format_list(user_frames[-8:])
+    last = user_frames[-1] if user_frames else None
+    return {
+        "type": type(error).__name__,
+        "message": str(error),
+        "traceback": "".join(shown) + "".join(traceback.format_exception_only(type(error), error)),
+        "location": {"file": os.path.abspath(last.filename), "line": last.lineno,
+                     "function": last.name, "code": (last.line or "").strip()} if last else None,
+    }  # fmt: skip

@@ -1,0 +1,37 @@
+"""Child -> parent events: one JSON object per line, flushed at once, so a crash loses nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+class EventWriter:
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the run
+        self._pid = os.getpid()
+
+    def emit(self, kind: str, **fields) -> None:
+        # DataLoader workers forked from the run inherit this object; only the run itself speaks.
+        if os.getpid() != self._pid:
+            return
+        self._file.write(json.dumps({"event": kind, **fields}, default=str) + "\n")
+        self._file.flush()
+
+
+def read_events(path: str, offset: int = 0) -> tuple[list[dict], int]:
+    """Complete event lines of `path` from byte `offset` on, and the offset after them."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(offset)
+            data = file.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1  # a line still being written is read next time
+    events = []
+    for line in data[:end].splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events, offset + end

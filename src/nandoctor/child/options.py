@@ -1,0 +1,30 @@
+"""What the parent asks of one child run; written to a JSON file the child reads at start."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class ChildOptions:
+    script: str
+    args: list[str]
+    events_path: str
+    max_steps: int = 50
+    seed: int | None = 0
+    threads: int | None = None
+    detect: bool = True  # per-op localization (slower) instead of step-level checks only
+    probes: list[str] = field(default_factory=list)  # in-child probes of stages: data_scan, ...
+    lr_multiplier: float = 1.0
+    scratch_dir: str | None = None  # re-runs: files the script writes go here instead
+    extra: dict = field(default_factory=dict)  # stage-specific settings
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as file:
+            json.dump(asdict(self), file)
+
+    @classmethod
+    def load(cls, path: str) -> ChildOptions:
+        with open(path, encoding="utf-8") as file:
+            return cls(**json.load(file))

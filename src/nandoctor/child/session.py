@@ -1,0 +1,255 @@
+"""One watched run: the step clock, the current phase, and the checks of loss, grads and params."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import weakref
+
+import torch
+
+from nandoctor.child.events import EventWriter
+from nandoctor.child.options import ChildOptions
+from nandoctor.instrument.detector import Birth, NonfiniteDetector, StopRun
+from nandoctor.instrument.frames import SourceLine, find_user_frame
+from nandoctor.instrument.hooks import HookSet
+from nandoctor.instrument.modules import ModuleTracker
+from nandoctor.instrument.tensors import count_nonfinite, is_checked, is_finite
+
+
+def _total_norm(tensors: list[torch.Tensor]) -> float:
+    """L2 norm over many tensors in a few fused kernels; NaN/Inf anywhere makes it non-finite."""
+    if not tensors:
+        return 0.0
+    norms = torch._foreach_norm([t.detach() for t in tensors])
+    return float(torch.linalg.vector_norm(torch.stack([n.float() for n in norms])))
+
+
+class WatchSession:
+    """Everything the instrumentation shares while the user's script runs."""
+
+    def __init__(self, options: ChildOptions, events: EventWriter) -> None:
+        self.options = options
+        self.events = events
+        self.step = 0
+        self.paused = False
+        self.stopping = False
+        self.backward_call: SourceLine | None = None
+        self.modules = ModuleTracker()
+        self.detector = NonfiniteDetector(self) if options.detect else None
+        self.hooks = HookSet()
+        self.backward_calls = 0
+        self.found_nonfinite = False
+        self.uses_grad_scaler = False
+        self._in_optimizer = False
+        self._in_dataloader = False
+        self._forward_this_step = False
+        self._clock: weakref.ref | None = None  # the optimizer whose steps count as steps
+        self._optimizers: list[weakref.ref] = []
+        self._losses: list[float] = []
+        self._grad_norm: float | None = None
+        self._param_names: dict[int, str] = {}
+        self.on_batch: list = []  # probes of stages that look at every batch
+
+    # ---- what the detector asks -------------------------------------------------------------
+    @property
+    def module(self) -> str | None:
+        return self.modules.current
+
+    @property
+    def phase(self) -> str:
+        if self._in_optimizer:
+            return "optimizer"
+        if self._in_dataloader:
+            return "data"
+        if self.modules.in_forward or self._forward_this_step:
+            return "forward"
+        return "data"  # before the model's first call in this step: preparing the batch
+
+    @contextlib.contextmanager
+    def quiet(self):
+        """nandoctor's own tensor work, invisible to the detector."""
+        previous, self.paused = self.paused, True
+        try:
+            yield
+        finally:
+            self.paused = previous
+
+    # ---- install / remove -------------------------------------------------------------------
+    def install(self) -> None:
+        self.modules.on_root_forward.append(self._root_forward)
+        self.modules.install()
+        self.hooks.optimizer_steps(self._before_step, self._after_step)
+        self.hooks.backward_calls(self._before_backward, self._after_backward)
+        self.hooks.batches(self._batch_requested, self._batch_produced)
+        self.hooks.grad_scaler_used(self._grad_scaler_used)
+        if self.detector is not None:
+            self.detector.__enter__()
+
+    def remove(self) -> None:
+        if self.detector is not None:
+            with contextlib.suppress(Exception):
+                self.detector.__exit__(None, None, None)
+        self.hooks.remove_all()
+        self.modules.remove()
+
+    # ---- hooks ------------------------------------------------------------------------------
+    def _root_forward(self, module, args) -> None:
+        self._forward_this_step = True
+
+    def _batch_requested(self) -> None:
+        self._in_dataloader = True
+
+    def _batch_produced(self, batch) -> None:
+        self._in_dataloader = False
+        if batch is not None:
+            with self.quiet():
+                for probe in self.on_batch:
+                    probe(batch, self.step)
+
+    def _before_backward(self, tensors) -> None:
+        self._stop_if_asked()
+        self.backward_call = find_user_frame()
+        self.backward_calls += 1
+        with self.quiet():
+            for t in [tensors] if isinstance(tensors, torch.Tensor) else list(tensors):
+                if not is_checked(t):
+                    continue
+                if t.numel() == 1:
+                    self._losses.append(float(t.detach()))
+                if not is_finite(t):
+                    self._report(t, "the loss", t)
+
+    def _grad_scaler_used(self) -> None:
+        self.uses_grad_scaler = True
+
+    def _after_backward(self, tensors) -> None:
+        # Scaled gradients may overflow on purpose; the scaler then skips the step, and the
+        # optimizer hook checks the gradients of every step it does not skip.
+        if not self.stopping and not self.uses_grad_scaler:
+            self._check_grads()
+
+    def _before_step(self, optimizer) -> None:
+        self._stop_if_asked()
+        self._remember(optimizer)
+        if self._clock is None:
+            self._clock = weakref.ref(optimizer)
+        self._check_grads(optimizer)
+        self._in_optimizer = True
+
+    def _after_step(self, optimizer) -> None:
+        self._in_optimizer = False
+        with self.quiet():
+            params = self._params_of(optimizer)
+            if not math.isfinite(_total_norm(params)):
+                bad = next(p for p in params if not is_finite(p))
+                self._report(bad, f"parameter {self._name(bad)}", bad)
+        if self._clock is not None and self._clock() is optimizer:
+            self._finish_step(optimizer)
+
+    def _finish_step(self, optimizer) -> None:
+        losses, self._losses = self._losses, []
+        self.events.emit(
+            "step",
+            step=self.step,
+            loss=sum(losses) / len(losses) if losses else None,
+            grad_norm=self._grad_norm,
+            lr=[_as_float(group.get("lr")) for group in optimizer.param_groups],
+        )
+        self.step += 1
+        self._forward_this_step = False
+        if self.step >= self.options.max_steps:
+            self.events.emit(
+                "note", text=f"stopped after {self.step} optimizer steps (--max-steps)"
+            )
+            self.stopping = True
+            raise StopRun("step budget reached")
+
+    # ---- checks -----------------------------------------------------------------------------
+    def _check_grads(self, optimizer=None) -> None:
+        with self.quiet():
+            params = self._params_of(optimizer) if optimizer else self._all_params()
+            grads = [p.grad for p in params if p.grad is not None and is_checked(p.grad)]
+            self._grad_norm = _total_norm(grads)
+            if math.isfinite(self._grad_norm):
+                return
+            bad = next(p for p in params if p.grad is not None and not is_finite(p.grad))
+            self._report(bad.grad, f"the gradient of {self._name(bad)}", bad.grad)
+
+    def _report(self, tensor: torch.Tensor, reached: str, bad: torch.Tensor) -> None:
+        """A non-finite value reached a loss, gradient or parameter: say where it was born, stop."""
+        birth = None
+        if self.detector is not None:
+            birth = self.detector.root_birth(self.detector.taint_of(tensor))
+        self.found_nonfinite = True
+        self.events.emit(
+            "nonfinite",
+            reached=reached,
+            step=self.step,
+            phase=self.phase if birth is None else birth.phase,
+            counts=count_nonfinite(bad).describe(),
+            birth=_birth_dict(birth) if birth else None,
+            backward_call=self.backward_call.as_dict() if self.backward_call else None,
+        )
+        self.stopping = True
+        raise StopRun(f"non-finite value reached {reached}")
+
+    def _stop_if_asked(self) -> None:
+        if self.stopping:
+            raise StopRun("nandoctor has what it needs")
+
+    # ---- parameters -------------------------------------------------------------------------
+    def _remember(self, optimizer) -> None:
+        if not any(ref() is optimizer for ref in self._optimizers):
+            self._optimizers.append(weakref.ref(optimizer))
+
+    @staticmethod
+    def _params_of(optimizer) -> list[torch.Tensor]:
+        return [p for group in optimizer.param_groups for p in group["params"]]
+
+    def _all_params(self) -> list[torch.Tensor]:
+        seen: dict[int, torch.Tensor] = {}
+        for ref in self._optimizers:
+            if (optimizer := ref()) is not None:
+                seen.update((id(p), p) for p in self._params_of(optimizer))
+        for root in self.modules.roots:
+            seen.update((id(p), p) for p in root.parameters())
+        return list(seen.values())
+
+    def _name(self, param: torch.Tensor) -> str:
+        """`encoder.fc.weight` inside a model; the script's variable name for a bare tensor."""
+        if id(param) not in self._param_names:
+            for root in self.modules.roots:
+                prefix = "" if any(True for _ in root.children()) else f"{type(root).__name__}."
+                for name, p in root.named_parameters():
+                    self._param_names.setdefault(id(p), prefix + name)
+        if id(param) not in self._param_names:
+            script_globals = vars(sys.modules.get("__main__", object()))
+            for name, value in list(script_globals.items()):
+                if value is param:
+                    self._param_names[id(param)] = name
+        return self._param_names.get(id(param), f"a {tuple(param.shape)} tensor")
+
+
+def _as_float(value) -> float | None:
+    if value is None:
+        return None
+    return float(value.item()) if isinstance(value, torch.Tensor) else float(value)
+
+
+def _birth_dict(birth: Birth) -> dict:
+    return {
+        "step": birth.step,
+        "phase": birth.phase,
+        "op": birth.op,
+        "module": birth.module,
+        "location": birth.location.as_dict() if birth.location else None,
+        "explanation": birth.explanation,
+        "nonfinite": birth.nonfinite,
+        "has_nan": birth.has_nan,
+        "constant": birth.constant,
+        "backward_node": birth.backward_node,
+        "inputs_nonfinite": birth.inputs_nonfinite,
+        "notes": list(birth.notes),
+    }

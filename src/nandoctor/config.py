@@ -1,0 +1,130 @@
+"""Profiles and config files: YAML -> typed frozen dataclasses; unknown keys are an error."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from nandoctor.errors import ConfigError
+
+STAGE_ORDER = ("data_scan", "init_check", "anomaly", "lr_sweep", "device_compare")
+PROFILES = ("quick", "standard", "thorough")
+DEFAULT_PROFILE = "standard"
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """The watched run of the script that every stage starts from."""
+
+    max_steps: int = 100  # optimizer steps watched before the script is stopped
+    timeout_s: float = 900.0  # wall-clock limit of one run of the script
+    seed: int = 0  # forced on torch, random and numpy before the script starts
+    threads: int | None = None  # torch intra-op threads in child runs (None: torch's default)
+
+
+@dataclass(frozen=True)
+class Config:
+    stages: tuple[str, ...] = STAGE_ORDER
+    watch: WatchSettings = field(default_factory=WatchSettings)
+
+
+def _field_types(cls) -> dict[str, object]:
+    return typing.get_type_hints(cls)
+
+
+def _is_optional(kind) -> bool:
+    return isinstance(kind, types.UnionType) and type(None) in typing.get_args(kind)
+
+
+def _convert(value, kind, where: str):
+    """Check (and lightly convert) one YAML value against the dataclass field's type."""
+    if dataclasses.is_dataclass(kind):
+        return _build(kind, value, where)
+    if _is_optional(kind):
+        if value is None:
+            return None
+        kind = next(k for k in typing.get_args(kind) if k is not type(None))
+    origin = typing.get_origin(kind)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list: got {value!r}")
+        item = typing.get_args(kind)[0]
+        return tuple(_convert(v, item, f"{where}[]") for v in value)
+    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind in (int, str, bool) and type(value) is not kind:
+        raise ConfigError(f"{where} must be {kind.__name__}: got {value!r}")
+    return value
+
+
+def _build(cls, mapping, where: str):
+    if mapping is None:
+        mapping = {}
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"{where or 'the config'} must be a mapping of keys: got {mapping!r}")
+    kinds = _field_types(cls)
+    unknown = sorted(set(mapping) - set(kinds))
+    if unknown:
+        raise ConfigError(
+            f"unknown key {where + '.' if where else ''}{unknown[0]}: "
+            f"valid keys are {', '.join(sorted(kinds))}"
+        )
+    values = {}
+    for name, value in mapping.items():
+        values[name] = _convert(value, kinds[name], f"{where}.{name}" if where else name)
+    return cls(**values)
+
+
+def _merge(base: dict, override: dict) -> dict:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read_yaml(text: str, origin: str) -> dict:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{origin} is not valid YAML: {error}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin} must hold a mapping of keys")
+    return data
+
+
+def profile_text(name: str) -> str:
+    if name not in PROFILES:
+        raise ConfigError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
+    return resources.files("nandoctor.configs").joinpath(f"{name}.yaml").read_text("utf-8")
+
+
+def load_config(
+    profile: str = DEFAULT_PROFILE, path: str | None = None, overrides: dict | None = None
+) -> Config:
+    """The profile, then the user's config file on top, then command-line overrides."""
+    data = _read_yaml(profile_text(profile), f"profile {profile}")
+    if path:
+        try:
+            text = Path(path).read_text("utf-8")
+        except OSError as error:
+            raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
+        data = _merge(data, _read_yaml(text, path))
+    data = _merge(data, overrides or {})
+    config = _build(Config, data, "")
+    unknown_stages = [s for s in config.stages if s not in STAGE_ORDER]
+    if unknown_stages:
+        raise ConfigError(
+            f"unknown stage {unknown_stages[0]!r}: valid stages are {', '.join(STAGE_ORDER)}"
+        )
+    return config

@@ -1,0 +1,1 @@
+"""Everything that touches torch internals lives in this package and nowhere else."""

@@ -1,0 +1,309 @@
+"""Per-op NaN/Inf detection: a dispatch mode that records where non-finite values are born.
+
+Every op's outputs get the cheap finiteness check. A non-finite output whose inputs were
+finite is a *birth*; one whose inputs were already non-finite carries their *taint* (the set
+of births it came from). A birth only matters once its taint reaches a loss, a gradient or a
+parameter, which the session checks; intermediate -inf masks that softmax absorbs never do.
+
+Backward ops are mapped to the forward op, user line and module that created their autograd
+node through autograd sequence numbers recorded at forward time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+from nandoctor.instrument.explain import BACKWARD_HINTS, explain_birth, explain_nan_from_inf
+from nandoctor.instrument.frames import SourceLine, find_user_frame
+from nandoctor.instrument.tensors import count_nonfinite, is_checked, is_finite, iter_tensors
+
+_peek_sequence_nr = torch._C._autograd._get_sequence_nr
+_current_node = torch._C._current_autograd_node
+
+# Ops whose outputs are uninitialized memory or another tensor's storage: garbage, not births.
+_UNCHECKED_OPS = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "set", "resize",
+    "resize_as", "lift_fresh", "lift_fresh_copy", "_local_scalar_dense",
+    "isnan", "isinf", "isfinite", "isposinf", "isneginf", "equal", "allclose",
+}  # fmt: skip
+# Ops that alias their input (`.grad` arrives through `detach`): the output carries the input's
+# taint, with no check needed.
+_ALIAS_OPS = {"detach", "alias", "view", "_unsafe_view", "reshape", "expand", "t", "transpose",
+              "permute", "squeeze", "unsqueeze", "select", "slice", "as_strided"}  # fmt: skip
+# Creation and masking ops that write a non-finite *constant* on purpose (attention masks).
+_MASK_OPS = {"masked_fill", "fill", "full", "full_like", "new_full", "where", "index_put",
+             "index_fill", "masked_scatter", "scalar_tensor", "copy", "clamp", "triu", "tril"}  # fmt: skip
+
+_MAX_BIRTHS = 20000
+_MAX_SITES = 500000
+
+
+class StopRun(BaseException):
+    """Ends the user's script. A BaseException, so the script's `except Exception` lets it pass."""
+
+
+@dataclass
+class Birth:
+    """Where a non-finite value first appeared. Plain values only: no tensors are kept."""
+
+    id: int
+    step: int
+    phase: str
+    op: str
+    module: str | None
+    location: SourceLine | None
+    explanation: str
+    nonfinite: str  # "nan=3, +inf=1 of 64"
+    has_nan: bool
+    constant: bool = False  # an Inf written on purpose (mask constant), not computed
+    parent: int | None = None  # for NaN made from Inf: the birth of that Inf
+    backward_node: str | None = None
+    backward_call: SourceLine | None = None
+    inputs_nonfinite: bool = False  # entered torch already non-finite (data, numpy, files)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ForwardSite:
+    op: str
+    location: SourceLine | None
+    module: str | None
+
+
+def _op_base(func) -> str:
+    return func.overloadpacket.__name__.rstrip("_") or func.overloadpacket.__name__
+
+
+def _reader(func) -> str:
+    return func.overloadpacket.__name__ if func is not None else "torch"
+
+
+def _writes(func) -> tuple[int, ...]:
+    """Positions of the arguments an op mutates (in-place and out= ops)."""
+    positions = getattr(func, "_nandoctor_writes", None)
+    if positions is None:
+        positions = tuple(
+            i
+            for i, arg in enumerate(func._schema.arguments)
+            if arg.alias_info is not None and arg.alias_info.is_write
+        )
+        func._nandoctor_writes = positions
+    return positions
+
+
+def _nonfinite_scalar_argument(args) -> bool:
+    return any(isinstance(a, float) and not math.isfinite(a) for a in args)
+
+
+class NonfiniteDetector(TorchDispatchMode):
+    """Sees every aten op of forward, backward and optimizer; records births and taint."""
+
+    def __init__(self, context) -> None:
+        super().__init__()
+        self.context = context  # what the session knows: step, phase, module, pause/stop flags
+        self.births: OrderedDict[int, Birth] = OrderedDict()
+        self._taint: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._sites: dict[int, ForwardSite] = {}
+        self._forward_births: set[int] = set()  # sequence numbers whose forward op gave non-finite
+        self._last_sequence_nr = _peek_sequence_nr()
+        self._op_sequence_nrs = range(0)  # autograd nodes created by the op being dispatched
+        self._ids = itertools.count(1)
+        self._pid = os.getpid()
+
+    # ---- the mode ---------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        context = self.context
+        if context.paused or os.getpid() != self._pid:
+            return func(*args, **kwargs)
+        if context.stopping:
+            raise StopRun("nandoctor has what it needs")
+        node = _current_node()
+        self._record_forward_site(func)
+        name = _op_base(func)
+        if name in _UNCHECKED_OPS:
+            return func(*args, **kwargs)
+        if name in _ALIAS_OPS:
+            out = func(*args, **kwargs)
+            self._pass_taint(args, out)
+            return out
+        written = [args[i] for i in _writes(func) if i < len(args)]
+        bad_before = self._bad_before_write(written, context.phase)
+        out = func(*args, **kwargs)
+        self._last_sequence_nr = _peek_sequence_nr()
+        self._check(func, name, args, kwargs, out, written, bad_before, node)
+        return out
+
+    def _record_forward_site(self, func) -> None:
+        """Autograd nodes are created before the op reaches this mode, so the sequence numbers
+        handed out since the last op belong to this op."""
+        current = _peek_sequence_nr()
+        self._op_sequence_nrs = range(self._last_sequence_nr, current)
+        if current == self._last_sequence_nr:
+            return
+        if len(self._sites) > _MAX_SITES:
+            self._sites.clear()
+            self._forward_births.clear()
+        site = ForwardSite(str(func), find_user_frame(), self.context.module)
+        for sequence_nr in range(self._last_sequence_nr, current):
+            self._sites[sequence_nr] = site
+        self._last_sequence_nr = current
+
+    def _bad_before_write(self, written: list, phase: str) -> set[int]:
+        # The optimizer only writes tensors already known finite (grads and parameters are
+        # checked around every step), so its many in-place ops skip this extra check.
+        if not written or phase == "optimizer":
+            return set()
+        return {id(t) for t in iter_tensors(written) if is_checked(t) and not is_finite(t)}
+
+    # ---- classification ---------------------------------------------------------------------
+    def _check(self, func, name, args, kwargs, out, written, bad_before, node) -> None:
+        outputs = {id(t): t for t in iter_tensors((out, written)) if is_checked(t)}
+        bad_outputs = [t for t in outputs.values() if not is_finite(t)]
+        if not bad_outputs:
+            for t in outputs.values():
+                self._taint.pop(t, None)  # an in-place fix (nan_to_num_, clamp_) clears taint
+            return
+        written_ids = {id(t) for t in iter_tensors(written)}
+        bad_inputs = [
+            t
+            for t in iter_tensors((args, kwargs))
+            if is_checked(t) and (id(t) in bad_before if id(t) in written_ids else not is_finite(t))
+        ]
+        sources = self._sources_of(bad_inputs, func)
+        inputs_have_nan = any(bool(torch.isnan(t.detach()).any()) for t in bad_inputs)
+        for t in bad_outputs:
+            out_has_nan = bool(torch.isnan(t.detach()).any())
+            if not bad_inputs:
+                constant = name in _MASK_OPS and _nonfinite_scalar_argument(args)
+                birth = self._new_birth(func, name, args, kwargs, t, node, constant=constant)
+            elif out_has_nan and not inputs_have_nan:
+                birth = self._new_birth(func, name, args, kwargs, t, node, parents=sources)
+            else:
+                self._taint[t] = sources
+                continue
+            self._taint[t] = frozenset({birth.id})
+            self._mark_view_base(t, birth.id)
+
+    def _pass_taint(self, args, out) -> None:
+        source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if source is None or not isinstance(out, torch.Tensor):
+            return
+        taint = self._taint.get(source)
+        if taint is not None:
+            self._taint[out] = taint
+        elif is_checked(source) and not is_finite(source):
+            self._sources_of([source], None)  # untracked non-finite data: now it is tracked
+            self._taint[out] = self._taint[source]
+
+    def _mark_view_base(self, t: torch.Tensor, birth_id: int) -> None:
+        base = t._base
+        if base is not None and base not in self._taint:
+            self._taint[base] = frozenset({birth_id})
+
+    def _sources_of(self, bad_inputs: list, func) -> frozenset[int]:
+        """Births behind non-finite inputs; an untracked one entered torch already non-finite."""
+        sources: set[int] = set()
+        for t in bad_inputs:
+            known = self._taint.get(t)
+            if known is None:
+                birth = self._entered_birth(t, func)
+                known = self._taint[t] = frozenset({birth.id})
+            sources |= known
+        return frozenset(sources)
+
+    def _entered_birth(self, t: torch.Tensor, func) -> Birth:
+        counts = count_nonfinite(t)
+        # A one-element -inf tensor is a mask constant (`torch.tensor(float("-inf"))`), not data.
+        constant = t.numel() == 1 and counts.nan == 0
+        origin = "a constant" if constant else "data"
+        birth = self._store(
+            op=str(func) if func is not None else "input",
+            module=self.context.module,
+            location=find_user_frame(),
+            phase="data" if not constant else self.context.phase,
+            explanation=(
+                f"input already non-finite when it reached {_reader(func)} "
+                f"({counts.describe()}): it was created outside torch's ops (numpy, a file, "
+                f"a Python list, a DataLoader batch) as {origin}"
+            ),
+            nonfinite=counts.describe(),
+            has_nan=counts.nan > 0,
+            constant=constant,
+            inputs_nonfinite=True,
+        )
+        return birth
+
+    def _new_birth(self, func, name, args, kwargs, out, node, constant=False, parents=None):
+        counts = count_nonfinite(out)
+        location, module, backward_node, backward_call = (
+            find_user_frame(),
+            self.context.module,
+            None,
+            None,
+        )
+        op = str(func)
+        if parents is not None:
+            explanation = explain_nan_from_inf(name, args, out)
+        else:
+            explanation = explain_birth(name, args, kwargs, out)
+        notes = []
+        if node is not None:
+            backward_node = node.name()
+            site = self._sites.get(node._sequence_nr())
+            backward_call = self.context.backward_call
+            if site is not None:
+                forward_name = site.op.split(".")[1] if "." in site.op else site.op
+                hint = BACKWARD_HINTS.get(forward_name.rstrip("_"))
+                prefix = f"in the backward of {site.op} ({backward_node})"
+                explanation = f"{prefix}: {hint + '; ' if hint else ''}{explanation}"
+                if node._sequence_nr() in self._forward_births:
+                    notes.append("masked_forward")
+                # A custom autograd.Function's backward is user code: its own line is the birth.
+                if location is None or location == backward_call:
+                    location = site.location
+                module = site.module
+            else:
+                explanation = f"in backward ({backward_node}): {explanation}"
+        else:
+            self._forward_births.update(self._op_sequence_nrs)
+        parent = min(parents) if parents else None
+        return self._store(
+            op=op, module=module, location=location, phase="backward" if node else self.context.phase,
+            explanation=explanation, nonfinite=counts.describe(), has_nan=counts.nan > 0,
+            constant=constant, parent=parent, backward_node=backward_node,
+            backward_call=backward_call, notes=notes,
+        )  # fmt: skip
+
+    def _store(self, **fields) -> Birth:
+        birth = Birth(id=next(self._ids), step=self.context.step, **fields)
+        self.births[birth.id] = birth
+        if len(self.births) > _MAX_BIRTHS:
+            self.births.popitem(last=False)
+        return birth
+
+    # ---- queries from the session -----------------------------------------------------------
+    def taint_of(self, t: torch.Tensor) -> frozenset[int]:
+        return self._taint.get(t, frozenset())
+
+    def root_birth(self, birth_ids) -> Birth | None:
+        """The birth to blame for a taint set: the earliest, followed back through NaN-from-Inf
+        births to the Inf that caused them, unless that Inf was a deliberate constant (mask)."""
+        known = [self.births[i] for i in sorted(birth_ids) if i in self.births]
+        if not known:
+            return None
+        birth = known[0]
+        while birth.parent is not None and birth.parent in self.births:
+            parent = self.births[birth.parent]
+            if parent.constant:
+                break
+            birth = parent
+        return birth

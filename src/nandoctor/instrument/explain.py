@@ -1,0 +1,240 @@
+"""Say *why* an op produced NaN/Inf, from the op's own inputs ("log of 3 zero inputs")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from nandoctor.instrument.tensors import (
+    dtype_max,
+    finite_range,
+    is_checked,
+    iter_tensors,
+    short_dtype,
+)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _first_tensor(args) -> torch.Tensor | None:
+    return next((t for t in iter_tensors(args) if is_checked(t)), None)
+
+
+def _count(mask: torch.Tensor) -> int:
+    return int(mask.sum())
+
+
+def _domain(x: torch.Tensor, checks: list[tuple[str, Callable]], name: str) -> str | None:
+    x = x.detach()
+    found = [f"{n} {label}" for label, test in checks if (n := _count(test(x)))]
+    if not found:
+        return None
+    return f"{name} of {' and '.join(found)} input{'s' if x.numel() > 1 else ''} (of {x.numel()})"
+
+
+def _log(args, kwargs, out) -> str | None:
+    return _domain(
+        _first_tensor(args), [("zero", lambda x: x == 0), ("negative", lambda x: x < 0)], "log"
+    )
+
+
+def _log1p(args, kwargs, out) -> str | None:
+    checks = [("-1", lambda x: x == -1), ("below -1", lambda x: x < -1)]
+    return _domain(_first_tensor(args), checks, "log1p")
+
+
+def _sqrt(args, kwargs, out) -> str | None:
+    return _domain(_first_tensor(args), [("negative", lambda x: x < 0)], "sqrt")
+
+
+def _rsqrt(args, kwargs, out) -> str | None:
+    checks = [("zero", lambda x: x == 0), ("negative", lambda x: x < 0)]
+    return _domain(_first_tensor(args), checks, "rsqrt")
+
+
+def _inverse_trig(args, kwargs, out) -> str | None:
+    return _domain(_first_tensor(args), [("out-of-[-1, 1]", lambda x: x.abs() > 1)], "acos/asin")
+
+
+def _atanh(args, kwargs, out) -> str | None:
+    return _domain(_first_tensor(args), [("|x| >= 1", lambda x: x.abs() >= 1)], "atanh")
+
+
+def _as_tensor(value, like: torch.Tensor) -> torch.Tensor:
+    return (
+        value.detach() if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=like.dtype)
+    )
+
+
+def _division(args, kwargs, out) -> str | None:
+    if len(args) < 2:
+        return None
+    numerator = args[0].detach() if isinstance(args[0], torch.Tensor) else None
+    denominator = _as_tensor(args[1], numerator if numerator is not None else out)
+    zero = denominator == 0
+    n_zero = _count(zero)
+    if n_zero == 0:
+        return _overflow("division", args, out, hint="denominators close to zero")
+    text = f"division by zero: {n_zero} of {denominator.numel()} denominators are 0"
+    if numerator is not None:
+        numerator_zero, zero = torch.broadcast_tensors(numerator == 0, zero)
+        if zero_over_zero := _count(numerator_zero & zero):
+            text += f" ({zero_over_zero} results are 0/0)"
+    return text
+
+
+def _reciprocal(args, kwargs, out) -> str | None:
+    x = _first_tensor(args)
+    n = _count(x.detach() == 0)
+    return f"reciprocal of {_plural(n, 'zero input')} (of {x.numel()})" if n else None
+
+
+def _exp_like(name: str, log_base: float = 1.0) -> Callable:
+    def explain(args, kwargs, out) -> str | None:
+        x = _first_tensor(args)
+        if x is None:
+            return None
+        limit = math.log(dtype_max(out.dtype)) / log_base
+        high = float(x.detach().max())
+        if high <= limit:
+            return None
+        return (
+            f"{name} of inputs up to {high:.4g} overflows {short_dtype(out.dtype)} "
+            f"(max input {limit:.4g})"
+        )
+
+    return explain
+
+
+def _pow(args, kwargs, out) -> str | None:
+    base, exponent = args[0], args[1] if len(args) > 1 else None
+    if isinstance(base, torch.Tensor) and isinstance(exponent, (int, float)):
+        base = base.detach()
+        if exponent != int(exponent) and (n := _count(base < 0)):
+            return f"fractional power ({exponent}) of {_plural(n, 'negative base')}"
+        if exponent < 0 and (n := _count(base == 0)):
+            return f"negative power ({exponent}) of {_plural(n, 'zero base')}"
+    return _overflow("power", args, out)
+
+
+def _overflow(what: str, args, out, hint: str | None = None) -> str | None:
+    """Finite inputs, infinite output: the result left the dtype's range."""
+    if not isinstance(out, torch.Tensor):
+        return None
+    largest = 0.0
+    for t in iter_tensors(args):
+        if is_checked(t) and (span := finite_range(t)) is not None:
+            largest = max(largest, abs(span[0]), abs(span[1]))
+    text = (
+        f"{what} result exceeds the {short_dtype(out.dtype)} maximum "
+        f"{dtype_max(out.dtype):.4g} (largest input magnitude {largest:.4g})"
+    )
+    return f"{text}; {hint}" if hint else text
+
+
+def _conversion(args, kwargs, out) -> str | None:
+    source = _first_tensor(args)
+    if source is None or source.dtype == out.dtype:
+        return None
+    span = finite_range(source)
+    largest = max(abs(span[0]), abs(span[1])) if span else float("nan")
+    return (
+        f"conversion {short_dtype(source.dtype)} -> {short_dtype(out.dtype)} overflows "
+        f"(|x| up to {largest:.4g} > {dtype_max(out.dtype):.4g})"
+    )
+
+
+def _empty_reduction(args, kwargs, out) -> str | None:
+    x = _first_tensor(args)
+    if x is not None and x.numel() == 0:
+        return "reduction over an empty tensor"
+    return None
+
+
+def _variance(args, kwargs, out) -> str | None:
+    return "variance/std over too few elements for the correction (e.g. std of a single value)"
+
+
+_RULES: dict[str, Callable] = {
+    "log": _log,
+    "log2": _log,
+    "log10": _log,
+    "xlogy": _log,
+    "log1p": _log1p,
+    "sqrt": _sqrt,
+    "rsqrt": _rsqrt,
+    "acos": _inverse_trig,
+    "asin": _inverse_trig,
+    "atanh": _atanh,
+    "div": _division,
+    "true_divide": _division,
+    "floor_divide": _division,
+    "remainder": _division,
+    "fmod": _division,
+    "reciprocal": _reciprocal,
+    "exp": _exp_like("exp"),
+    "expm1": _exp_like("expm1"),
+    "exp2": _exp_like("exp2", math.log(2)),
+    "sinh": _exp_like("sinh"),
+    "cosh": _exp_like("cosh"),
+    "pow": _pow,
+    "float_power": _pow,
+    "_to_copy": _conversion,
+    "copy": _conversion,
+    "to": _conversion,
+    "mean": _empty_reduction,
+    "var": _variance,
+    "std": _variance,
+    "var_mean": _variance,
+    "std_mean": _variance,
+}
+
+
+def explain_birth(op_name: str, args, kwargs, out: torch.Tensor) -> str:
+    """Why `op_name` turned finite inputs into NaN/Inf in `out`."""
+    rule = _RULES.get(op_name)
+    text = rule(args, kwargs or {}, out) if rule else None
+    return text or _overflow(op_name, args, out) or f"{op_name} produced non-finite values"
+
+
+def explain_nan_from_inf(op_name: str, args, out: torch.Tensor) -> str:
+    """Why an op turned infinite (but not NaN) inputs into NaN."""
+    if op_name in ("_softmax", "softmax", "_log_softmax", "log_softmax"):
+        x = _first_tensor(args)
+        dim = args[1] if len(args) > 1 and isinstance(args[1], int) else -1
+        rows = _count(torch.isneginf(x.detach()).all(dim=dim))
+        if rows:
+            return f"softmax over {_plural(rows, 'row')} that are entirely -inf (fully masked)"
+    known = {
+        "add": "inf + (-inf)",
+        "sub": "inf - inf",
+        "mul": "0 x inf",
+        "div": "inf / inf",
+        "mm": "0 x inf inside a matrix product",
+        "addmm": "0 x inf inside a matrix product",
+        "bmm": "0 x inf inside a matrix product",
+    }
+    return known.get(op_name, f"{op_name} turned infinite inputs into NaN")
+
+
+# What makes the derivative of a forward op infinite: said when a backward op of it blows up.
+BACKWARD_HINTS = {
+    "sqrt": "the derivative of sqrt(x) is infinite at x = 0",
+    "rsqrt": "the derivative of rsqrt(x) is infinite at x = 0",
+    "log": "the derivative of log(x) is infinite at x = 0",
+    "log2": "the derivative of log(x) is infinite at x = 0",
+    "log10": "the derivative of log(x) is infinite at x = 0",
+    "pow": "the derivative of x**p (p < 1) is infinite at x = 0",
+    "div": "the derivative of a/b is infinite where b = 0",
+    "reciprocal": "the derivative of 1/x is infinite at x = 0",
+    "acos": "the derivative of acos(x) is infinite at |x| = 1",
+    "asin": "the derivative of asin(x) is infinite at |x| = 1",
+    "atan2": "the derivative of atan2(y, x) is undefined at (0, 0)",
+    "linalg_vector_norm": "the derivative of a norm is undefined for an all-zero vector",
+    "norm": "the derivative of a norm is undefined for an all-zero vector",
+    "cdist": "the derivative of a distance is undefined where two points coincide",
+}

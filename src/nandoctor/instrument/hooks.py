@@ -1,0 +1,79 @@
+"""Global hooks into a script nandoctor did not write: optimizer steps, backward calls, batches."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+
+class HookSet:
+    """Installs the hooks and removes every one of them again, whatever happened in between."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def optimizer_steps(self, before: Callable, after: Callable) -> None:
+        """Call `before(opt)` / `after(opt)` around every `torch.optim.Optimizer.step`."""
+        pre = register_optimizer_step_pre_hook(lambda opt, args, kwargs: before(opt))
+        post = register_optimizer_step_post_hook(lambda opt, args, kwargs: after(opt))
+        self._undo += [pre.remove, post.remove]
+
+    def backward_calls(self, before: Callable, after: Callable) -> None:
+        """Call `before(tensors)` / `after(tensors)` around every backward pass.
+
+        `Tensor.backward` reaches the engine through the module attribute
+        `torch.autograd.backward`, so replacing it there catches both spellings.
+        """
+        original = torch.autograd.backward
+
+        def backward(tensors, *args, **kwargs):
+            before(tensors)
+            try:
+                return original(tensors, *args, **kwargs)
+            finally:
+                after(tensors)
+
+        torch.autograd.backward = backward
+        self._undo.append(lambda: setattr(torch.autograd, "backward", original))
+
+    def batches(self, entered: Callable, produced: Callable) -> None:
+        """Call `entered()` before and `produced(batch)` after every DataLoader batch."""
+        iterator_class = torch.utils.data.dataloader._BaseDataLoaderIter
+        original = iterator_class.__next__
+
+        def next_batch(iterator):
+            entered()
+            try:
+                batch = original(iterator)
+            except BaseException:
+                produced(None)
+                raise
+            produced(batch)
+            return batch
+
+        iterator_class.__next__ = next_batch
+        self._undo.append(lambda: setattr(iterator_class, "__next__", original))
+
+    def grad_scaler_used(self, callback: Callable) -> None:
+        """Call `callback()` when a GradScaler scales a loss: its inf gradients are expected
+        (the scaler skips those steps), so only gradients it lets through are checked."""
+        scaler_class = torch.amp.GradScaler
+        original = scaler_class.scale
+
+        def scale(scaler, outputs):
+            callback()
+            return original(scaler, outputs)
+
+        scaler_class.scale = scale
+        self._undo.append(lambda: setattr(scaler_class, "scale", original))
+
+    def remove_all(self) -> None:
+        while self._undo:
+            with contextlib.suppress(Exception):
+                self._undo.pop()()

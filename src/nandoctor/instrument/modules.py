@@ -1,0 +1,76 @@
+"""Know which module is running: global forward hooks keep a stack of qualified module names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.nn.modules import module as module_globals
+
+
+class ModuleTracker:
+    """Keeps `current` = the qualified name of the innermost module whose forward is running.
+
+    Names are state_dict paths (`encoder.layers.1.fc`) relative to the outermost module that was
+    called; that root itself is named by its class (`Net`). A module first seen outside any root
+    (a loss module called on its own) becomes a root of its own.
+    """
+
+    def __init__(self) -> None:
+        self._names: dict[int, str] = {}
+        self._stack: list[str] = []
+        self.roots: list[torch.nn.Module] = []
+        self._handles: list = []
+        # Called with (module, args) when a root module starts its forward (data scan, init check).
+        self.on_root_forward: list[Callable] = []
+        self.on_module_output: list[Callable] = []
+
+    @property
+    def current(self) -> str | None:
+        return self._stack[-1] if self._stack else None
+
+    @property
+    def in_forward(self) -> bool:
+        return bool(self._stack)
+
+    def install(self) -> None:
+        self._handles = [
+            module_globals.register_module_forward_pre_hook(self._enter),
+            # always_call: the stack must be popped even when the forward raises.
+            module_globals.register_module_forward_hook(self._leave, always_call=True),
+        ]
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def name_of(self, module: torch.nn.Module) -> str | None:
+        return self._names.get(id(module))
+
+    def _register_root(self, root: torch.nn.Module) -> None:
+        self.roots.append(root)
+        root_name = type(root).__name__
+        for qualified, sub in root.named_modules():
+            self._names.setdefault(id(sub), qualified or root_name)
+
+    # Hooks must return None: a global forward hook that returns a value replaces the output.
+    def _enter(self, module: torch.nn.Module, args) -> None:
+        name = self._names.get(id(module))
+        if name is None:
+            if self._stack:
+                name = f"{self._stack[-1]}.{type(module).__name__}"
+                self._names[id(module)] = name
+            else:
+                self._register_root(module)
+                name = self._names[id(module)]
+        if not self._stack:
+            for callback in self.on_root_forward:
+                callback(module, args)
+        self._stack.append(name)
+
+    def _leave(self, module: torch.nn.Module, args, output) -> None:
+        if self._stack:
+            name = self._stack.pop()
+            for callback in self.on_module_output:
+                callback(module, name, args, output)

@@ -1,0 +1,99 @@
+"""Cheap finiteness checks and small summaries of tensors (plain Python values out, no tensors)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def is_checked(value) -> bool:
+    """Floating and complex tensors can hold NaN/Inf; integer and bool tensors cannot."""
+    return (
+        isinstance(value, torch.Tensor)
+        and (value.is_floating_point() or value.is_complex())
+        and value.numel() > 0
+        and value.device.type != "meta"
+    )
+
+
+def is_finite(t: torch.Tensor) -> bool:
+    """True when every element is finite.
+
+    A sum is ~30x cheaper than `isfinite(t).all()` and a NaN or Inf anywhere makes it
+    non-finite; the rare finite tensor whose sum overflows is confirmed with the exact test.
+    """
+    total = t.detach().sum(dtype=torch.float64 if t.dtype in _LOW_PRECISION else None)
+    if math.isfinite(total.item() if not t.is_complex() else abs(total.item())):
+        return True
+    return bool(torch.isfinite(t.detach()).all())
+
+
+def iter_tensors(value) -> Iterator[torch.Tensor]:
+    """Tensors inside nested tuples, lists and dicts (op arguments and outputs)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from iter_tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from iter_tensors(item)
+
+
+@dataclass(frozen=True)
+class NonfiniteCount:
+    """How many elements of a tensor are NaN, +Inf and -Inf."""
+
+    nan: int
+    posinf: int
+    neginf: int
+    total: int
+
+    @property
+    def bad(self) -> int:
+        return self.nan + self.posinf + self.neginf
+
+    def describe(self) -> str:
+        parts = [
+            f"{label}={n}"
+            for label, n in (("nan", self.nan), ("+inf", self.posinf), ("-inf", self.neginf))
+            if n
+        ]
+        return f"{', '.join(parts)} of {self.total}"
+
+
+def count_nonfinite(t: torch.Tensor) -> NonfiniteCount:
+    t = t.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return NonfiniteCount(
+        nan=int(torch.isnan(t).sum()),
+        posinf=int(torch.isposinf(t).sum()),
+        neginf=int(torch.isneginf(t).sum()),
+        total=t.numel(),
+    )
+
+
+def finite_range(t: torch.Tensor) -> tuple[float, float] | None:
+    """(min, max) over the finite elements, or None when there are none."""
+    t = t.detach()
+    if t.is_complex():
+        t = t.abs()
+    finite = t[torch.isfinite(t)]
+    if finite.numel() == 0:
+        return None
+    low, high = torch.aminmax(finite.float())
+    return float(low), float(high)
+
+
+def dtype_max(dtype: torch.dtype) -> float:
+    return float(torch.finfo(dtype).max) if dtype.is_floating_point else math.inf
+
+
+def short_dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

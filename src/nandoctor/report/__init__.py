@@ -1,0 +1,1 @@
+"""The report: its data model and its renderers (console, JSON)."""

@@ -1,0 +1,117 @@
+"""Render a report to the terminal with rich. A pure function of the report and a Console."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from nandoctor.report.model import Cause, FirstNonfinite, Location, Report
+
+_VERDICTS = {
+    "healthy": ("green", "healthy: no NaN/Inf reached the loss, a gradient or a parameter"),
+    "nonfinite": ("red", "NaN/Inf found"),
+    "script_error": ("yellow", "the script failed before any NaN/Inf was seen"),
+    "timeout": ("yellow", "the script hit the time limit"),
+}
+_STAGE_STYLE = {"ran": "green", "skipped": "dim", "failed": "red"}
+
+
+def _where(location: Location | None) -> str:
+    if location is None:
+        return "(no user line)"
+    function = f" in {location.function}" if location.function else ""
+    return f"{location.short()}{function}"
+
+
+def _first_panel(first: FirstNonfinite) -> Panel:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("where", _where(first.location))
+    if first.location and first.location.code:
+        table.add_row("", Text(first.location.code, style="cyan"))
+    table.add_row("op", first.op + (f"  ({first.backward_node})" if first.backward_node else ""))
+    table.add_row("module", first.module or "-")
+    table.add_row("phase", f"{first.phase}, step {first.step}")
+    table.add_row("why", first.explanation)
+    if first.reached:
+        table.add_row("reached", first.reached)
+    return Panel(table, title="first non-finite value", title_align="left", border_style="red")
+
+
+def _cause_block(cause: Cause) -> Group:
+    verified: tuple[str, str] = ("", "")
+    if cause.verified_fix is True:
+        verified = ("  (fix verified)", "green")
+    elif cause.verified_fix is False:
+        verified = ("  (fix tried, not enough)", "yellow")
+    lines = [
+        Text.assemble(
+            (f"{cause.rank}. {cause.category}", "bold"),
+            f"  {cause.title}  ",
+            (f"confidence {cause.confidence:.2f}", "dim"),
+            verified,
+        )
+    ]
+    if cause.location:
+        lines.append(Text(f"   at {_where(cause.location)}", style="dim"))
+    lines += [Text(f"   - {line}") for line in cause.evidence]
+    lines.append(Text.assemble(("   fix: ", "bold green"), cause.fix))
+    return Group(*lines)
+
+
+def _stage_table(report: Report) -> Table:
+    table = Table(title="stages", title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("stage")
+    table.add_column("status")
+    table.add_column("time", justify="right")
+    table.add_column("summary", overflow="fold")
+    for name, stage in report.stages.items():
+        style = _STAGE_STYLE.get(stage.status, "")
+        seconds = f"{stage.duration_s:.1f}s" if stage.duration_s is not None else ""
+        table.add_row(name, f"[{style}]{stage.status}[/{style}]", seconds, stage.summary)
+    return table
+
+
+def _script_problem(report: Report) -> Text | None:
+    run = report.run
+    if error := run.get("script_error"):
+        return Text(error.get("traceback", "").rstrip(), style="yellow")
+    if exit_event := run.get("script_exit"):
+        return Text(f"the script called sys.exit({exit_event.get('code')})", style="yellow")
+    if internal := run.get("internal_error"):
+        return Text(f"nandoctor failed to start the run: {internal.get('text')}", style="red")
+    if tail := run.get("output_tail"):
+        return Text(f"the script's process died ({run.get('ended')}); its last output:\n{tail}")
+    return None
+
+
+def render_report(report: Report, console: Console) -> None:
+    style, verdict = _VERDICTS[report.status]
+    first = report.first_nonfinite
+    if first is not None:
+        verdict += f": {first.op} in {first.phase} at step {first.step}"
+    console.print(Text(f"nandoctor · {report.script_path}", style="bold"))
+    console.print(Text(verdict, style=f"bold {style}"))
+    steps = report.run.get("steps_observed", 0)
+    console.print(Text(f"{steps} optimizer step{'s' if steps != 1 else ''} watched", style="dim"))
+    for note in report.run.get("notes", []):
+        console.print(Text(f"note: {note}", style="dim"))
+    if steps == 0 and report.status != "nonfinite":
+        console.print(Text("no optimizer step was observed (no torch.optim optimizer stepped)",
+                           style="yellow"))  # fmt: skip
+    if (problem := _script_problem(report)) is not None:
+        console.print(problem)
+    if first is not None:
+        console.print(_first_panel(first))
+    if report.causes:
+        console.print(Text("causes, most likely first", style="bold underline"))
+        for cause in report.causes:
+            console.print(_cause_block(cause))
+    elif report.status == "healthy" and report.findings:
+        console.print(Text("warnings (not causes: the run stayed finite)", style="bold"))
+        for finding in report.findings:
+            console.print(Text(f" - [{finding.category}] {finding.title}", style="yellow"))
+    console.print(_stage_table(report))

@@ -1,0 +1,107 @@
+"""Report data model: frozen dataclasses of plain values (never tensors), ranked deterministically."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+CATEGORIES = (
+    "data",
+    "learning_rate",
+    "initialization",
+    "invalid_operation",
+    "exploding_gradients",
+    "precision",
+    "device",
+    "optimizer_config",
+)
+PHASES = ("data", "forward", "backward", "optimizer")
+
+
+def display_path(path: str) -> str:
+    if os.path.isabs(path):
+        relative = os.path.relpath(path)
+        return path if relative.startswith("..") else relative
+    return path
+
+
+@dataclass(frozen=True)
+class Location:
+    file: str
+    line: int
+    function: str | None = None
+    code: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> Location | None:
+        if not data or not data.get("file") or not data.get("line"):
+            return None
+        return cls(data["file"], int(data["line"]), data.get("function"), data.get("code"))
+
+    def short(self) -> str:
+        """`file:line` with the file relative to the working directory when it is below it."""
+        return f"{display_path(self.file)}:{self.line}"
+
+
+@dataclass(frozen=True)
+class FirstNonfinite:
+    """The op where the NaN/Inf that mattered was born."""
+
+    step: int
+    phase: str
+    op: str
+    module: str | None
+    location: Location | None
+    explanation: str
+    reached: str = ""  # "the loss", "the gradient of fc1.weight", ...
+    nonfinite: str = ""  # "nan=3, +inf=1 of 64"
+    backward_node: str | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A stage's claim with its evidence; causes are ranked from findings."""
+
+    stage: str
+    category: str
+    title: str
+    confidence: float
+    evidence: tuple[str, ...]
+    fix: str
+    location: Location | None = None
+    severity: str = "error"  # error | warning | hint; hints never become causes
+    verified_fix: bool | None = None
+
+
+@dataclass(frozen=True)
+class Cause:
+    rank: int
+    category: str
+    title: str
+    confidence: float
+    evidence: tuple[str, ...]
+    fix: str
+    location: Location | None
+    verified_fix: bool | None = None
+    stage: str = ""
+
+
+@dataclass
+class StageResult:
+    status: str  # ran | skipped | failed
+    summary: str = ""
+    duration_s: float | None = None
+    details: dict = field(default_factory=dict)  # stage-specific fields of the JSON report
+
+
+@dataclass
+class Report:
+    script_path: str
+    script_args: list[str]
+    status: str  # healthy | nonfinite | script_error | timeout
+    first_nonfinite: FirstNonfinite | None
+    causes: list[Cause]
+    stages: dict[str, StageResult]
+    environment: dict
+    run: dict = field(default_factory=dict)  # what the watched run saw: steps, losses, errors
+    findings: list[Finding] = field(default_factory=list)  # all findings, hints included

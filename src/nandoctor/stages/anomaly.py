@@ -1,0 +1,171 @@
+"""Anomaly stage: the op where the NaN/Inf that mattered was born, and the cause it points at."""
+
+from __future__ import annotations
+
+from nandoctor.fixes import EPS, guard_call_argument, guard_denominator
+from nandoctor.report.model import Finding, FirstNonfinite, Location, StageResult
+from nandoctor.stages import StageContext, StageOutcome
+
+NAME = "anomaly"
+
+_LOG_OPS = {"log", "log2", "log10"}
+_OVERFLOW_WORDS = ("exceeds", "overflows")
+_LOW_PRECISION_WORDS = ("float16", "bfloat16")
+
+
+def run(context: StageContext) -> StageOutcome:
+    event = context.watch.nonfinite
+    if event is None:
+        steps = len(context.watch.steps)
+        summary = f"no NaN/Inf reached the loss, a gradient or a parameter in {steps} steps"
+        return StageOutcome(StageResult("ran", summary, context.watch.duration_s))
+    first = first_nonfinite_from(event)
+    finding = finding_from(first, event)
+    where = f" at {first.location.short()}" if first.location else ""
+    summary = f"{first.op} in {first.phase}{where}, step {first.step}: {first.explanation}"
+    result = StageResult("ran", summary, context.watch.duration_s)
+    return StageOutcome(result, [finding], first_nonfinite=first)
+
+
+def first_nonfinite_from(event: dict) -> FirstNonfinite:
+    birth = event.get("birth")
+    if birth is None:  # the value reached a checked tensor, but no op could be blamed
+        return FirstNonfinite(
+            step=event["step"],
+            phase=event.get("phase", "forward"),
+            op="unknown",
+            module=None,
+            location=Location.from_dict(event.get("backward_call")),
+            explanation=f"a non-finite value reached {event['reached']}; its origin was not seen",
+            reached=event["reached"],
+            nonfinite=event.get("counts", ""),
+        )
+    return FirstNonfinite(
+        step=birth["step"],
+        phase=birth["phase"],
+        op=birth["op"],
+        module=birth.get("module"),
+        location=Location.from_dict(birth.get("location")),
+        explanation=birth["explanation"],
+        reached=event["reached"],
+        nonfinite=birth.get("nonfinite", ""),
+        backward_node=birth.get("backward_node"),
+    )
+
+
+def op_base(op: str) -> str:
+    """`aten.log.default` -> `log`; `aten.div_.Tensor` -> `div`."""
+    parts = op.split(".")
+    name = parts[1] if len(parts) > 1 and parts[0] == "aten" else parts[0]
+    return name.rstrip("_") or name
+
+
+def finding_from(first: FirstNonfinite, event: dict) -> Finding:
+    birth = event.get("birth") or {}
+    category, title, confidence = _categorize(first, birth)
+    evidence = [
+        f"{first.op} in {first.phase} at step {first.step}"
+        + (f", module {first.module}" if first.module else "")
+        + (f", {first.location.short()}" if first.location else ""),
+        f"why: {first.explanation}",
+        f"it reached {first.reached}"
+        + (f" ({event.get('counts')})" if event.get("counts") else ""),
+    ]
+    if first.location and first.location.code:
+        evidence.append(f"code: {first.location.code}")
+    return Finding(
+        stage=NAME,
+        category=category,
+        title=title,
+        confidence=confidence,
+        evidence=tuple(evidence),
+        fix=suggest_fix(first, birth, category),
+        location=first.location,
+    )
+
+
+def _categorize(first: FirstNonfinite, birth: dict) -> tuple[str, str, float]:
+    op = op_base(first.op)
+    explanation = first.explanation
+    if birth.get("inputs_nonfinite") or first.phase == "data":
+        return "data", "non-finite values come from the data", 0.85
+    if (
+        any(word in explanation for word in _OVERFLOW_WORDS)
+        and "division by a zero" not in explanation
+    ):
+        if any(word in explanation for word in _LOW_PRECISION_WORDS):
+            return "precision", f"{op} overflows its low-precision dtype", 0.8
+        if first.step == 0:
+            return "precision", f"{op} overflows float32 before any update", 0.6
+        if first.phase == "backward":
+            return "exploding_gradients", f"gradients overflow in the backward of {op}", 0.6
+        return "learning_rate", f"values grew until {op} overflowed at step {first.step}", 0.55
+    if first.phase == "optimizer":
+        return "optimizer_config", f"the optimizer update produced NaN/Inf ({op})", 0.7
+    if first.phase == "backward":
+        return "invalid_operation", f"the backward of {op} is not finite at its input", 0.85
+    return "invalid_operation", f"{op} received inputs outside its domain", 0.85
+
+
+def suggest_fix(first: FirstNonfinite, birth: dict, category: str) -> str:
+    op = op_base(first.op)
+    code = first.location.code if first.location else ""
+    forward_op = _forward_op(first.explanation) if first.phase == "backward" else op
+    if "masked_forward" in birth.get("notes", []):
+        return (
+            "the value is masked (torch.where / masked_fill) after it is computed, but its "
+            "gradient is not: mask the input instead, e.g. "
+            "`torch.where(x > 0, torch.log(torch.where(x > 0, x, 1.0)), 0.0)` (the double-where trick)"
+        )
+    if category == "data":
+        return (
+            "drop or repair the non-finite samples before training (filter rows with "
+            "`torch.isfinite(x).all(dim=1)`, or `torch.nan_to_num`), and check how they were "
+            "loaded or computed"
+        )
+    if forward_op in _LOG_OPS:
+        rewritten = code and guard_call_argument(code, _LOG_OPS, f"clamp_min({EPS})")
+        return _with_rewrite(
+            rewritten,
+            "keep the argument of log positive: `torch.log(p.clamp_min(1e-12))`, or compute the "
+            "loss from logits (`F.log_softmax`, `F.cross_entropy`, `F.binary_cross_entropy_with_logits`)",
+        )
+    if forward_op in {"sqrt", "rsqrt"}:
+        rewritten = code and guard_call_argument(code, {"sqrt", "rsqrt"}, f"clamp_min({EPS})")
+        return _with_rewrite(
+            rewritten,
+            "keep the argument of sqrt strictly positive so its gradient stays finite: "
+            "`torch.sqrt(x.clamp_min(1e-12))` (or `torch.sqrt(x + 1e-12)`)",
+        )
+    if forward_op in {"div", "reciprocal", "true_divide"}:
+        rewritten = code and guard_denominator(code)
+        return _with_rewrite(
+            rewritten,
+            "guard the denominator: `a / b.clamp_min(1e-12)` (or `F.normalize` for norms)",
+        )
+    if forward_op in {"exp", "expm1", "sinh", "cosh", "exp2"}:
+        return (
+            "keep the exponent in range: work in log space (`torch.logsumexp`, `F.softplus`, "
+            "`F.log_softmax`) or clamp the input (`x.clamp(max=80)`)"
+        )
+    if category == "precision":
+        return "run this op in float32 (outside autocast / `.float()` on its inputs) or rescale its inputs"
+    if category == "learning_rate":
+        return "lower the learning rate (run `nandoctor sweep-lr` for a safe value) or add gradient clipping"
+    if category == "exploding_gradients":
+        return "clip gradients: `torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)` before `optimizer.step()`"
+    if category == "optimizer_config":
+        return "check the optimizer's settings (eps > 0, e.g. Adam eps=1e-8; weight decay; betas)"
+    return f"guard the inputs of {op} so they stay inside its domain"
+
+
+def _with_rewrite(rewritten: str | None, general: str) -> str:
+    return f"`{rewritten}` - {general}" if rewritten else general
+
+
+def _forward_op(explanation: str) -> str:
+    """The forward op named in a backward explanation: 'in the backward of aten.sqrt.default'."""
+    marker = "in the backward of "
+    if marker in explanation:
+        return op_base(explanation.split(marker, 1)[1].split(" ", 1)[0])
+    return ""

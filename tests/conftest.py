@@ -1,0 +1,70 @@
+"""Shared test helpers: run the real CLI in a child process and validate its JSON report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCHEMA_PATH = ROOT / "src" / "nandoctor" / "report" / "report-schema.json"
+SHARED_SCHEMA_PATH = ROOT.parent / "shared" / "report-schema.json"
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    report: dict | None
+    stdout: str
+    stderr: str
+
+
+def validate_report(report: dict) -> None:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.validate(report, schema)
+
+
+def run_cli(
+    *args: str,
+    json_path: Path | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+    env: dict | None = None,
+) -> CliResult:
+    """`python -m nandoctor ARGS [--json PATH]`; the report, if written, is schema-checked."""
+    command = [sys.executable, "-m", "nandoctor", *args]
+    if json_path is not None and "--" in command:
+        at = command.index("--")
+        command[at:at] = ["--json", str(json_path)]
+    elif json_path is not None:
+        command += ["--json", str(json_path)]
+    full_env = dict(os.environ, COLUMNS="160", **(env or {}))
+    done = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env
+    )
+    report = None
+    if json_path is not None and json_path.exists():
+        report = json.loads(json_path.read_text())
+        validate_report(report)
+    return CliResult(done.returncode, report, done.stdout, done.stderr)
+
+
+@pytest.fixture
+def nandoctor(tmp_path):
+    """Run `nandoctor COMMAND SCRIPT [options] [-- script args]` and get the checked report."""
+
+    def run(command: str, script: str | Path, *options: str, script_args=(), **kwargs) -> CliResult:
+        script_path = script if Path(script).is_absolute() else SCRIPTS / script
+        args = [command, str(script_path), *options]
+        if script_args:
+            args += ["--", *script_args]
+        return run_cli(*args, json_path=tmp_path / "report.json", **kwargs)
+
+    return run
