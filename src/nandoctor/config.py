@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from nandoctor.errors import ConfigError
+from nandoctor.stages import data_scan, device_compare, init_check, lr_sweep
 
 STAGE_ORDER = ("data_scan", "init_check", "anomaly", "lr_sweep", "device_compare")
 PROFILES = ("quick", "standard", "thorough")
@@ -32,6 +33,11 @@ class WatchSettings:
 class Config:
     stages: tuple[str, ...] = STAGE_ORDER
     watch: WatchSettings = field(default_factory=WatchSettings)
+    # Each stage documents its own settings in its module (`Settings`).
+    data_scan: data_scan.Settings = field(default_factory=data_scan.Settings)
+    init_check: init_check.Settings = field(default_factory=init_check.Settings)
+    lr_sweep: lr_sweep.Settings = field(default_factory=lr_sweep.Settings)
+    device_compare: device_compare.Settings = field(default_factory=device_compare.Settings)
 
 
 def _field_types(cls) -> dict[str, object]:

@@ -43,6 +43,10 @@ def _instrument(options: ChildOptions, events: EventWriter):
     events.emit("start", pid=os.getpid(), torch=torch.__version__, python=platform.python_version(),
                 cuda=torch.cuda.is_available(), threads=torch.get_num_threads(),
                 detect=options.detect)  # fmt: skip
+    if options.scratch_dir:  # a re-run: what the script writes must not touch the user's files
+        from nandoctor.instrument.files import redirect_writes
+
+        redirect_writes(options.scratch_dir)
     for probe in options.probes:
         _install_probe(probe, session, options)
     session.install()

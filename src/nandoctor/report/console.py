@@ -114,4 +114,19 @@ def render_report(report: Report, console: Console) -> None:
         console.print(Text("warnings (not causes: the run stayed finite)", style="bold"))
         for finding in report.findings:
             console.print(Text(f" - [{finding.category}] {finding.title}", style="yellow"))
+    _render_stage_details(report, console)
     console.print(_stage_table(report))
+
+
+def _render_stage_details(report: Report, console: Console) -> None:
+    """Stages that have more to show (sweep table, comparison) render it themselves."""
+    import importlib
+
+    for name, result in report.stages.items():
+        try:
+            module = importlib.import_module(f"nandoctor.stages.{name}")
+        except ImportError:
+            continue
+        render = getattr(module, "render_details", None)
+        if render is not None and result.status == "ran":
+            render(result, console)
