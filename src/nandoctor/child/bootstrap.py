@@ -112,7 +112,11 @@ def _describe_error(error: BaseException) -> dict:
     from nandoctor.instrument.frames import is_library_file
 
     frames = traceback.extract_tb(error.__traceback__)
-    user_frames = [f for f in frames if not is_library_file(os.path.abspath(f.filename))]
+    user_frames = [
+        f
+        for f in frames
+        if not f.filename.startswith("<") and not is_library_file(os.path.abspath(f.filename))
+    ]
     shown = traceback.format_list(user_frames[-8:])
     last = user_frames[-1] if user_frames else None
     return {

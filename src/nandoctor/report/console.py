@@ -88,20 +88,30 @@ def _script_problem(report: Report) -> Text | None:
     return None
 
 
+def _watched_line(report: Report) -> Text:
+    steps = report.run.get("steps_observed", 0)
+    backward_calls = report.run.get("backward_calls", 0)
+    if steps or report.status == "nonfinite":
+        return Text(f"{steps} optimizer step{'s' if steps != 1 else ''} watched", style="dim")
+    return Text(
+        "no optimizer step was observed (no torch.optim optimizer stepped); "
+        f"{backward_calls} backward pass{'es' if backward_calls != 1 else ''} checked",
+        style="yellow",
+    )
+
+
 def render_report(report: Report, console: Console) -> None:
     style, verdict = _VERDICTS[report.status]
     first = report.first_nonfinite
     if first is not None:
         verdict += f": {first.op} in {first.phase} at step {first.step}"
+    if error := report.run.get("script_error"):
+        verdict = f"the script raised {error.get('type')} before any NaN/Inf was seen"
     console.print(Text(f"nandoctor · {report.script_path}", style="bold"))
     console.print(Text(verdict, style=f"bold {style}"))
-    steps = report.run.get("steps_observed", 0)
-    console.print(Text(f"{steps} optimizer step{'s' if steps != 1 else ''} watched", style="dim"))
+    console.print(_watched_line(report))
     for note in report.run.get("notes", []):
         console.print(Text(f"note: {note}", style="dim"))
-    if steps == 0 and report.status != "nonfinite":
-        console.print(Text("no optimizer step was observed (no torch.optim optimizer stepped)",
-                           style="yellow"))  # fmt: skip
     if (problem := _script_problem(report)) is not None:
         console.print(problem)
     if first is not None:

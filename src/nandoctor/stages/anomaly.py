@@ -103,8 +103,29 @@ def _categorize(first: FirstNonfinite, birth: dict) -> tuple[str, str, float]:
     if first.phase == "optimizer":
         return "optimizer_config", f"the optimizer update produced NaN/Inf ({op})", 0.7
     if first.phase == "backward":
-        return "invalid_operation", f"the backward of {op} is not finite at its input", 0.85
-    return "invalid_operation", f"{op} received inputs outside its domain", 0.85
+        forward = _forward_op(explanation) or op
+        return "invalid_operation", f"the gradient of {forward} is not finite at its input", 0.85
+    return (
+        "invalid_operation",
+        _DOMAIN_TITLES.get(op, f"{op} received inputs outside its domain"),
+        0.85,
+    )
+
+
+_DOMAIN_TITLES = {
+    "log": "log of zero or negative values",
+    "log2": "log of zero or negative values",
+    "log10": "log of zero or negative values",
+    "log1p": "log1p of values at or below -1",
+    "sqrt": "sqrt of negative values",
+    "rsqrt": "rsqrt of zero or negative values",
+    "div": "division by zero",
+    "true_divide": "division by zero",
+    "reciprocal": "reciprocal of zero",
+    "pow": "power outside its domain",
+    "acos": "acos of values outside [-1, 1]",
+    "asin": "asin of values outside [-1, 1]",
+}
 
 
 def suggest_fix(first: FirstNonfinite, birth: dict, category: str) -> str:
