@@ -43,6 +43,38 @@ def test_birth_is_located(nandoctor, script, phase, op, module, marker, why):
     assert report["causes"][0]["location"]["line"] == first["location"]["line"]
 
 
+@pytest.mark.parametrize(
+    ("script", "op", "marker", "why"),
+    [
+        ("numpy_nan_input.py", "torch.from_numpy", "features = torch.from_numpy(table)",
+         "already holds nan=1"),
+        ("overflow_conversion.py", "aten._to_copy.default", "x = raw.float()",
+         "conversion float64 -> float32 overflows (|x| up to 1e+39"),
+    ],
+)  # fmt: skip
+def test_values_entering_non_finite_are_born_where_the_tensor_was_made(
+    nandoctor, script, op, marker, why
+):
+    result = nandoctor("run", script, *ANOMALY)
+    first = result.report["first_nonfinite"]
+    assert (first["phase"], first["op"]) == ("data", op)
+    assert first["location"]["line"] == _line_of(script, marker)
+    assert why in first["explanation"]
+    assert result.report["causes"][0]["category"] == "data"
+
+
+def test_late_failure_is_localized_by_a_replay(nandoctor):
+    """The watched run only checks loss/grads/params; the failure at step K is replayed with
+    per-op checks from step K-1, and the report says the replay reproduced it."""
+    result = nandoctor("run", "late_log_zero.py", *ANOMALY)
+    report = result.report
+    first = report["first_nonfinite"]
+    assert first["step"] == 6
+    assert first["op"] == "aten.log.default"
+    assert first["location"]["line"] == _line_of("late_log_zero.py", "torch.log(")
+    assert report["run"]["localized"] == "replayed"
+
+
 def test_finite_loss_with_nan_gradient_is_caught(nandoctor):
     result = nandoctor("run", "where_log_grad.py", *ANOMALY)
     first = result.report["first_nonfinite"]

@@ -108,3 +108,20 @@ def test_unknown_stage_names_the_valid_ones(tmp_path):
     result = run_cli("run", str(SCRIPTS / "healthy_mlp.py"), "--stages", "anomaly,lr_swep")
     assert result.exit_code == 2
     assert "lr_swep" in result.stderr and "lr_sweep" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "category",
+    ["data", "learning_rate", "initialization", "invalid_operation", "exploding_gradients",
+     "precision", "device", "optimizer_config"],
+)  # fmt: skip
+def test_explain_every_category(category):
+    result = run_cli("explain", category)
+    assert result.exit_code == 0
+    assert "why it produces NaN/Inf" in result.stdout and "usual fixes" in result.stdout
+
+
+def test_explain_unknown_category_lists_the_valid_ones():
+    result = run_cli("explain", "gremlins")
+    assert result.exit_code == 2
+    assert "learning_rate" in result.stderr

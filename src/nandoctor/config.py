@@ -27,6 +27,10 @@ class WatchSettings:
     timeout_s: float = 900.0  # wall-clock limit of one run of the script
     seed: int = 0  # forced on torch, random and numpy before the script starts
     threads: int | None = None  # torch intra-op threads in child runs (None: torch's default)
+    # "replay": watch cheaply (loss/grad/param checks per step), and when a NaN/Inf appears at
+    # step K, replay the script with per-op localization from step K-1. "always": per-op
+    # localization from the first step (for scripts that are not deterministic under a seed).
+    localize: str = "replay"
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,8 @@ def load_config(
         data = _merge(data, _read_yaml(text, path))
     data = _merge(data, overrides or {})
     config = _build(Config, data, "")
+    if config.watch.localize not in ("replay", "always"):
+        raise ConfigError(f"watch.localize must be replay or always: got {config.watch.localize!r}")
     unknown_stages = [s for s in config.stages if s not in STAGE_ORDER]
     if unknown_stages:
         raise ConfigError(

@@ -31,25 +31,83 @@ def watch_script(
     probes: list[str] | None = None,
     on_event: Callable[[dict], None] | None = None,
     show_output: bool = False,
+    progress: Callable[[str], None] = lambda text: None,
 ) -> RunOutcome:
-    """The watched run: the script under per-op localization and the stages' probes."""
-    options = ChildOptions(
+    """The watched run, with the stages' probes. With `localize: replay` it watches at full
+    speed and, when a NaN/Inf shows up at step K, replays the script with per-op localization
+    from step K-1; the replay's finding replaces the cheap one when it reproduces."""
+    always = config.watch.localize == "always"
+    options = _child_options(target, config, probes or [], detect=always)
+    watch = run_child(options, workdir, timeout_s=config.watch.timeout_s, on_event=on_event,
+                      show_output=show_output, name="watch")  # fmt: skip
+    failure = watch.nonfinite
+    if always or failure is None:
+        return watch
+    from_step = max(0, failure["step"] - 1)
+    progress(f"replaying step {failure['step']} with per-op checks…")
+    replay = _replay(target, config, workdir, from_step=from_step)
+    if _reproduces(replay, failure):
+        return _with_localization(watch, replay.nonfinite, "replayed")
+    if from_step > 0 and not _broken(replay):
+        progress("the replay differed; localizing with per-op checks from the start…")
+        replay = _replay(target, config, workdir, from_step=0)
+        if replay.nonfinite is not None and replay.nonfinite.get("birth"):
+            return _with_localization(watch, replay.nonfinite, "from the start")
+    watch.events.append({"event": "note", "text": _unlocalized_reason(replay, failure)})
+    return watch
+
+
+def _broken(run: RunOutcome) -> bool:
+    return run.first("internal_error") is not None or run.crashed
+
+
+def _unlocalized_reason(replay: RunOutcome, failure: dict) -> str:
+    if internal := replay.first("internal_error"):
+        return f"the localizing replay could not start ({internal['text']})"
+    if replay.crashed:
+        return f"the localizing replay crashed (exit code {replay.returncode})"
+    return (
+        f"the failure at step {failure['step']} did not reproduce in a second run with the "
+        "same seed (the script is not deterministic), so its origin could not be localized; "
+        "try `watch.localize: always`"
+    )
+
+
+def _child_options(target: Target, config: Config, probes: list[str], detect: bool, **extra):
+    return ChildOptions(
         script=target.script,
         args=list(target.args),
         events_path="",
         max_steps=config.watch.max_steps,
         seed=config.watch.seed,
         threads=config.watch.threads,
-        probes=probes or [],
+        probes=probes,
+        detect=detect,
+        **extra,
     )
-    return run_child(
-        options,
-        workdir,
-        timeout_s=config.watch.timeout_s,
-        on_event=on_event,
-        show_output=show_output,
-        name="watch",
-    )
+
+
+def _replay(target: Target, config: Config, workdir: str, from_step: int) -> RunOutcome:
+    """Run the script again with per-op checks from `from_step`; its writes go to scratch."""
+    scratch = tempfile.mkdtemp(prefix="replay-", dir=workdir)
+    options = _child_options(target, config, [], detect=True, detect_from_step=from_step,
+                             scratch_dir=scratch)  # fmt: skip
+    return run_child(options, workdir, timeout_s=config.watch.timeout_s,
+                     name=f"replay-from-{from_step}")  # fmt: skip
+
+
+def _reproduces(replay: RunOutcome, failure: dict) -> bool:
+    found = replay.nonfinite
+    return found is not None and found["step"] == failure["step"] and found.get("birth") is not None
+
+
+def _with_localization(watch: RunOutcome, located: dict, how: str) -> RunOutcome:
+    """The watched run's events with the cheap NaN/Inf event replaced by the localized one."""
+    events = [e for e in watch.events if e["event"] != "nonfinite"]
+    first = watch.events.index(watch.nonfinite)
+    events.insert(first, {**located, "localized": how})
+    return RunOutcome(events, watch.returncode, watch.timed_out, watch.interrupted,
+                      watch.duration_s, watch.log_path)  # fmt: skip
 
 
 def run_status(watch: RunOutcome) -> str:
@@ -82,7 +140,9 @@ def describe_run(watch: RunOutcome) -> dict:
         "ended": end.get("outcome") or _unfinished_reason(watch),
         "duration_s": round(watch.duration_s, 3),
         "notes": [e["text"] for e in watch.all("note")],
-        "detect": start.get("detect", True),
+        "localized": (
+            watch.nonfinite.get("localized", "in the watched run") if watch.nonfinite else None
+        ),
     }
     if error:
         run["script_error"] = error
@@ -142,7 +202,7 @@ def diagnose(
         probes = [s for s in config.stages if getattr(stage_module(s), "PROBE", False)]
         progress("watching the script…")
         watch = watch_script(target, config, workdir, probes=probes, on_event=on_event,
-                             show_output=show_output)  # fmt: skip
+                             show_output=show_output, progress=progress)  # fmt: skip
         context = StageContext(target, config, workdir, watch, progress=progress)
         run_stages(context, config.stages, progress)
         return build_report(target, watch, context)

@@ -15,6 +15,7 @@ class ChildOptions:
     seed: int | None = 0
     threads: int | None = None
     detect: bool = True  # per-op localization (slower) instead of step-level checks only
+    detect_from_step: int = 0  # a replay switches per-op localization on at this step only
     probes: list[str] = field(default_factory=list)  # in-child probes of stages: data_scan, ...
     lr_multiplier: float = 1.0
     scratch_dir: str | None = None  # re-runs: files the script writes go here instead

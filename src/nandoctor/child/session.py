@@ -42,6 +42,7 @@ class WatchSession:
         self.backward_calls = 0
         self.found_nonfinite = False
         self.uses_grad_scaler = False
+        self._detecting = False
         self._in_optimizer = False
         self._in_dataloader = False
         self._forward_this_step = False
@@ -85,12 +86,24 @@ class WatchSession:
         self.hooks.batches(self._batch_requested, self._batch_produced)
         self.hooks.grad_scaler_used(self._grad_scaler_used)
         if self.detector is not None:
-            self.detector.__enter__()
+            self.hooks.tensor_sources(self._tensor_entered)
+        self._activate_detector_at(self.step)
+
+    def _activate_detector_at(self, step: int) -> None:
+        """Per-op localization runs from `detect_from_step` on: a replay of a failure at step K
+        runs the steps before K at full speed."""
+        if (
+            self.detector is not None
+            and not self._detecting
+            and step >= self.options.detect_from_step
+        ):
+            self.detector.activate()
+            self._detecting = True
 
     def remove(self) -> None:
-        if self.detector is not None:
+        if self._detecting:
             with contextlib.suppress(Exception):
-                self.detector.__exit__(None, None, None)
+                self.detector.deactivate()
         self.hooks.remove_all()
         self.modules.remove()
 
@@ -120,6 +133,11 @@ class WatchSession:
                     self._losses.append(float(t.detach()))
                 if not is_finite(t):
                     self._report(t, "the loss", t)
+
+    def _tensor_entered(self, source: str, result) -> None:
+        if self._detecting and not self.paused:
+            with self.quiet():
+                self.detector.tensor_entered(source, result)
 
     def _grad_scaler_used(self) -> None:
         self.uses_grad_scaler = True
@@ -159,6 +177,7 @@ class WatchSession:
         )
         self.step += 1
         self._forward_this_step = False
+        self._activate_detector_at(self.step)
         if self.step >= self.options.max_steps:
             self.events.emit(
                 "note", text=f"stopped after {self.step} optimizer steps (--max-steps)"

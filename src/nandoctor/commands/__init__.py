@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 # Each module adds its command(s) to the typer app.
-COMMAND_MODULES = ("sweep_lr", "compare_devices")
+COMMAND_MODULES = ("sweep_lr", "compare_devices", "explain")
 
 
 def register_commands(app) -> None:

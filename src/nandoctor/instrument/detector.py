@@ -119,6 +119,14 @@ class NonfiniteDetector(TorchDispatchMode):
         self._pid = os.getpid()
 
     # ---- the mode ---------------------------------------------------------------------------
+    def activate(self) -> None:
+        """Enter the mode now (also in the middle of a run: a replay that starts at step K)."""
+        self._last_sequence_nr = _peek_sequence_nr()
+        self.__enter__()
+
+    def deactivate(self) -> None:
+        self.__exit__(None, None, None)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         context = self.context
@@ -220,21 +228,35 @@ class NonfiniteDetector(TorchDispatchMode):
             sources |= known
         return frozenset(sources)
 
-    def _entered_birth(self, t: torch.Tensor, func) -> Birth:
+    def tensor_entered(self, source: str, result) -> None:
+        """A tensor made outside torch's ops (numpy, a Python list, a file): if it already holds
+        NaN/Inf, that is a birth at the user's line that created it. The caller keeps these
+        checks out of the detector's sight (`session.quiet()`)."""
+        if os.getpid() != self._pid:
+            return
+        for t in iter_tensors(result):
+            if is_checked(t) and t not in self._taint and not is_finite(t):
+                birth = self._entered_birth(t, None, source=source)
+                self._taint[t] = frozenset({birth.id})
+
+    def _entered_birth(self, t: torch.Tensor, func, source: str | None = None) -> Birth:
         counts = count_nonfinite(t)
         # A one-element -inf tensor is a mask constant (`torch.tensor(float("-inf"))`), not data.
         constant = t.numel() == 1 and counts.nan == 0
-        origin = "a constant" if constant else "data"
+        if source is not None:
+            explanation = f"{source} produced a tensor that already holds {counts.describe()}"
+        else:
+            explanation = (
+                f"input already non-finite when it reached {_reader(func)} "
+                f"({counts.describe()}): it was created outside torch's ops (numpy, a file, "
+                f"a Python list, a DataLoader batch)"
+            )
         birth = self._store(
-            op=str(func) if func is not None else "input",
+            op=source or (str(func) if func is not None else "input"),
             module=self.context.module,
             location=find_user_frame(),
             phase="data" if not constant else self.context.phase,
-            explanation=(
-                f"input already non-finite when it reached {_reader(func)} "
-                f"({counts.describe()}): it was created outside torch's ops (numpy, a file, "
-                f"a Python list, a DataLoader batch) as {origin}"
-            ),
+            explanation=explanation,
             nonfinite=counts.describe(),
             has_nan=counts.nan > 0,
             constant=constant,

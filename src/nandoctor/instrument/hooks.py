@@ -60,6 +60,26 @@ class HookSet:
         iterator_class.__next__ = next_batch
         self._undo.append(lambda: setattr(iterator_class, "__next__", original))
 
+    def tensor_sources(self, produced: Callable) -> None:
+        """Call `produced(name, result)` for tensors that enter torch from outside its ops
+        (`torch.from_numpy` never reaches the dispatcher; `torch.load` restores storage)."""
+        for name in ("from_numpy", "as_tensor", "asarray", "tensor", "load", "frombuffer"):
+            original = getattr(torch, name, None)
+            if original is None:
+                continue
+            self._wrap_source(name, original, produced)
+
+    def _wrap_source(self, name: str, original: Callable, produced: Callable) -> None:
+        def source(*args, **kwargs):
+            result = original(*args, **kwargs)
+            produced(f"torch.{name}", result)
+            return result
+
+        source.__wrapped__ = original
+        source.__doc__ = original.__doc__
+        setattr(torch, name, source)
+        self._undo.append(lambda: setattr(torch, name, original))
+
     def grad_scaler_used(self, callback: Callable) -> None:
         """Call `callback()` when a GradScaler scales a loss: its inf gradients are expected
         (the scaler skips those steps), so only gradients it lets through are checked."""

@@ -87,7 +87,7 @@ def finite_range(t: torch.Tensor) -> tuple[float, float] | None:
     finite = t[torch.isfinite(t)]
     if finite.numel() == 0:
         return None
-    low, high = torch.aminmax(finite.float())
+    low, high = torch.aminmax(finite.double())  # float32 could overflow a float64 value
     return float(low), float(high)
 
 
