@@ -128,7 +128,6 @@ def run_status(watch: RunOutcome) -> str:
 def describe_run(watch: RunOutcome) -> dict:
     """What the watched run saw, for the report's `run` field."""
     end = watch.end or {}
-    start = watch.first("start") or {}
     error = watch.first("script_error")
     exit_event = watch.first("script_exit")
     internal = watch.first("internal_error")
