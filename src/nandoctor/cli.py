@@ -12,6 +12,7 @@ from nandoctor.cli_common import (
     JsonOption,
     MaxStepsOption,
     ProfileOption,
+    ReportOption,
     ScriptArgs,
     ScriptArgument,
     TimeoutOption,
@@ -43,6 +44,7 @@ def run_command(
     script: ScriptArgument,
     script_args: ScriptArgs = None,
     json_path: JsonOption = None,
+    report_path: ReportOption = None,
     profile: ProfileOption = "standard",
     config_path: ConfigOption = None,
     max_steps: MaxStepsOption = None,
@@ -64,7 +66,7 @@ def run_command(
     """Run the whole checklist on SCRIPT and print a ranked root-cause report."""
     overrides = config_overrides(max_steps, timeout, stages)
     target, config = load_inputs(script, script_args, profile, config_path, overrides)
-    diagnose_and_finish(target, config, json_path, show_output=show_output,
+    diagnose_and_finish(target, config, json_path, report_path, show_output=show_output,
                         keep_workdir=keep_workdir)  # fmt: skip
 
 

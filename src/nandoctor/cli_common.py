@@ -88,21 +88,44 @@ class Progress:
             self._status.update(f"{self._stage} step {event['step'] + 1}{loss_text}")
 
 
-def finish(report, json_path: Path | None) -> None:
-    """Print the report, write the JSON, exit with the status's code."""
+ReportOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--report", help="Also write a shareable report: PATH.md (Markdown) or PATH.html."
+    ),
+]
+
+
+def write_shareable(report, path: Path) -> None:
+    from nandoctor.report.html import render_html
+    from nandoctor.report.markdown import render_markdown
+
+    suffix = path.suffix.lower()
+    if suffix in (".html", ".htm"):
+        path.write_text(render_html(report), encoding="utf-8")
+    else:
+        path.write_text(render_markdown(report), encoding="utf-8")
+
+
+def finish(report, json_path: Path | None, report_path: Path | None = None) -> None:
+    """Print the report, write the JSON (and Markdown/HTML), exit with the status's code."""
     from nandoctor.report.console import render_report
     from nandoctor.report.json_report import write_json
 
     render_report(report, Console())
-    if json_path is not None:
-        write_json(report, json_path)
-        Console(stderr=True).print(f"report written to {json_path}", style="dim", highlight=False)
+    err = Console(stderr=True)
+    for path, write in ((json_path, write_json), (report_path, write_shareable)):
+        if path is not None:
+            write(report, path)
+            err.print(f"report written to {path}", style="dim", highlight=False)
     if report.run.get("ended") == "interrupted":
         raise typer.Exit(EXIT_INTERRUPTED)
     raise typer.Exit(EXIT_BY_STATUS[report.status])
 
 
-def diagnose_and_finish(target, config, json_path: Path | None, **options) -> None:
+def diagnose_and_finish(
+    target, config, json_path: Path | None, report_path: Path | None = None, **options
+) -> None:
     """Run the stages of `config` on `target` with a progress line, then `finish`."""
     from nandoctor.diagnose import diagnose
 
@@ -110,7 +133,7 @@ def diagnose_and_finish(target, config, json_path: Path | None, **options) -> No
         report = diagnose(
             target, config, progress=progress.stage, on_event=progress.event, **options
         )
-    finish(report, json_path)
+    finish(report, json_path, report_path)
 
 
 def load_inputs(script: str, script_args: list[str] | None, profile: str, config_path, overrides):

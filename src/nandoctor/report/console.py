@@ -7,22 +7,17 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from nandoctor.report.model import Cause, FirstNonfinite, Location, Report
+from nandoctor.report.model import Cause, FirstNonfinite, Report
+from nandoctor.report.text import stage_rows, verdict_line
+from nandoctor.report.text import where as _where
 
-_VERDICTS = {
-    "healthy": ("green", "healthy: no NaN/Inf reached the loss, a gradient or a parameter"),
-    "nonfinite": ("red", "NaN/Inf found"),
-    "script_error": ("yellow", "the script failed before any NaN/Inf was seen"),
-    "timeout": ("yellow", "the script hit the time limit"),
+_VERDICT_STYLE = {
+    "healthy": "green",
+    "nonfinite": "red",
+    "script_error": "yellow",
+    "timeout": "yellow",
 }
 _STAGE_STYLE = {"ran": "green", "skipped": "dim", "failed": "red"}
-
-
-def _where(location: Location | None) -> str:
-    if location is None:
-        return "(no user line)"
-    function = f" in {location.function}" if location.function else ""
-    return f"{location.short()}{function}"
 
 
 def _first_panel(first: FirstNonfinite) -> Panel:
@@ -68,10 +63,9 @@ def _stage_table(report: Report) -> Table:
     table.add_column("status")
     table.add_column("time", justify="right")
     table.add_column("summary", overflow="fold")
-    for name, stage in report.stages.items():
-        style = _STAGE_STYLE.get(stage.status, "")
-        seconds = f"{stage.duration_s:.1f}s" if stage.duration_s is not None else ""
-        table.add_row(name, f"[{style}]{stage.status}[/{style}]", seconds, stage.summary)
+    for name, status, seconds, summary in stage_rows(report):
+        style = _STAGE_STYLE.get(status, "")
+        table.add_row(name, Text(status, style=style), seconds, Text(summary))
     return table
 
 
@@ -101,12 +95,8 @@ def _watched_line(report: Report) -> Text:
 
 
 def render_report(report: Report, console: Console) -> None:
-    style, verdict = _VERDICTS[report.status]
+    style, verdict = _VERDICT_STYLE[report.status], verdict_line(report)
     first = report.first_nonfinite
-    if first is not None:
-        verdict += f": {first.op} in {first.phase} at step {first.step}"
-    if error := report.run.get("script_error"):
-        verdict = f"the script raised {error.get('type')} before any NaN/Inf was seen"
     console.print(Text(f"nandoctor · {report.script_path}", style="bold"))
     console.print(Text(verdict, style=f"bold {style}"))
     console.print(_watched_line(report))

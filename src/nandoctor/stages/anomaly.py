@@ -138,12 +138,12 @@ def suggest_fix(first: FirstNonfinite, birth: dict, category: str) -> str:
             "gradient is not: mask the input instead, e.g. "
             "`torch.where(x > 0, torch.log(torch.where(x > 0, x, 1.0)), 0.0)` (the double-where trick)"
         )
-    if category == "data" and "conversion" in first.explanation:
+    if "conversion" in first.explanation:
         return (
             "values beyond the target dtype's range: rescale them, clamp them before the "
             "conversion (`x.clamp(-1e30, 1e30).float()`), or treat sentinel values as missing"
         )
-    if category == "data":
+    if birth.get("inputs_nonfinite"):
         return (
             "drop or repair the non-finite samples before training (filter rows with "
             "`torch.isfinite(x).all(dim=1)`, or `torch.nan_to_num`), and check how they were "

@@ -1,0 +1,41 @@
+"""Wording shared by every renderer (terminal, Markdown, HTML)."""
+
+from __future__ import annotations
+
+from nandoctor.report.model import Location, Report
+
+VERDICTS = {
+    "healthy": "healthy: no NaN/Inf reached the loss, a gradient or a parameter",
+    "nonfinite": "NaN/Inf found",
+    "script_error": "the script failed before any NaN/Inf was seen",
+    "timeout": "the script hit the time limit",
+}
+
+
+def verdict_line(report: Report) -> str:
+    verdict = VERDICTS[report.status]
+    first = report.first_nonfinite
+    if first is not None:
+        verdict += f": {first.op} in {first.phase} at step {first.step}"
+    if error := report.run.get("script_error"):
+        verdict = f"the script raised {error.get('type')} before any NaN/Inf was seen"
+    return verdict
+
+
+def where(location: Location | None) -> str:
+    if location is None:
+        return "(no user line)"
+    function = f" in {location.function}" if location.function else ""
+    return f"{location.short()}{function}"
+
+
+def code_language(location: Location) -> str:
+    return "python" if location.file.endswith(".py") else ""
+
+
+def stage_rows(report: Report) -> list[tuple[str, str, str, str]]:
+    return [
+        (name, stage.status, f"{stage.duration_s:.1f}s" if stage.duration_s is not None else "",
+         stage.summary)
+        for name, stage in report.stages.items()
+    ]  # fmt: skip
