@@ -40,7 +40,10 @@ def test_birth_is_located(nandoctor, script, phase, op, module, marker, why):
     assert why in first["explanation"]
     assert first["step"] == 0
     assert report["causes"], "a non-finite run must name a cause"
-    assert report["causes"][0]["location"]["line"] == first["location"]["line"]
+    cause = report["causes"][0]
+    assert cause["location"]["line"] == first["location"]["line"]
+    # the proposed fix was applied to a re-run of the script, which then stayed finite
+    assert cause["verified_fix"] is True, cause["evidence"]
 
 
 @pytest.mark.parametrize(
@@ -73,6 +76,18 @@ def test_late_failure_is_localized_by_a_replay(nandoctor):
     assert first["op"] == "aten.log.default"
     assert first["location"]["line"] == _line_of("late_log_zero.py", "torch.log(")
     assert report["run"]["localized"] == "replayed"
+
+
+def test_optimizer_setting_is_blamed_on_the_constructor_line(nandoctor):
+    result = nandoctor("run", "adam_eps_zero.py", *ANOMALY)
+    report = result.report
+    assert report["first_nonfinite"]["phase"] == "optimizer"
+    assert "division by zero" in report["first_nonfinite"]["explanation"]
+    cause = report["causes"][0]
+    assert cause["category"] == "optimizer_config"
+    assert cause["location"]["line"] == _line_of("adam_eps_zero.py", "torch.optim.Adam(")
+    assert "eps=1e-8" in cause["fix"]
+    assert cause["verified_fix"] is True
 
 
 def test_finite_loss_with_nan_gradient_is_caught(nandoctor):

@@ -76,7 +76,7 @@ def test_script_without_optimizer_still_gets_a_report(nandoctor):
 
 
 def test_timeout_stops_a_hanging_script(nandoctor):
-    result = nandoctor("run", "hangs.py", *ANOMALY, "--timeout", "4")
+    result = nandoctor("run", "hangs.py", *ANOMALY, "--timeout", "20")
     assert result.exit_code == 3
     assert result.report["status"] == "timeout"
     assert result.report["run"]["steps_observed"] == 1

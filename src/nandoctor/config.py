@@ -34,9 +34,20 @@ class WatchSettings:
 
 
 @dataclass(frozen=True)
+class VerifySettings:
+    """Verification by treatment: re-run the script with a proposed fix applied."""
+
+    max_fixes: int = 3  # the strongest causes with an automatic remedy that get a re-run
+    min_steps: int = 10  # a fixed run must stay finite at least this many optimizer steps...
+    steps_factor: float = 2.0  # ...and this many times the step at which the original failed
+    jobs: int = 2  # re-runs at the same time
+
+
+@dataclass(frozen=True)
 class Config:
     stages: tuple[str, ...] = STAGE_ORDER
     watch: WatchSettings = field(default_factory=WatchSettings)
+    verify: VerifySettings = field(default_factory=VerifySettings)
     # Each stage documents its own settings in its module (`Settings`).
     data_scan: data_scan.Settings = field(default_factory=data_scan.Settings)
     init_check: init_check.Settings = field(default_factory=init_check.Settings)

@@ -17,6 +17,7 @@ from nandoctor.report.model import Report, StageResult
 from nandoctor.runner import RunOutcome, run_child
 from nandoctor.stages import StageContext, StageOutcome
 from nandoctor.target import Target
+from nandoctor.verify import verify_findings
 
 
 def stage_module(name: str):
@@ -83,6 +84,11 @@ def _child_options(target: Target, config: Config, probes: list[str], detect: bo
         threads=config.watch.threads,
         probes=probes,
         detect=detect,
+        extra={
+            s: stage_module(s).probe_settings(config)
+            for s in (probes or [])
+            if hasattr(stage_module(s), "probe_settings")
+        },  # fmt: skip
         **extra,
     )
 
@@ -204,14 +210,17 @@ def diagnose(
                              show_output=show_output, progress=progress)  # fmt: skip
         context = StageContext(target, config, workdir, watch, progress=progress)
         run_stages(context, config.stages, progress)
-        return build_report(target, watch, context)
+        findings = [f for outcome in context.earlier.values() for f in outcome.findings]
+        findings = verify_findings(context, findings)
+        return build_report(target, watch, context, findings)
     finally:
         if not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def build_report(target: Target, watch: RunOutcome, context: StageContext) -> Report:
-    findings = [f for outcome in context.earlier.values() for f in outcome.findings]
+def build_report(
+    target: Target, watch: RunOutcome, context: StageContext, findings: list
+) -> Report:
     status = run_status(watch)
     anomaly = context.earlier.get("anomaly")
     first = anomaly.first_nonfinite if anomaly else None

@@ -5,6 +5,13 @@ from __future__ import annotations
 import ast
 
 EPS = "1e-12"
+
+# Ops whose input a re-run can keep inside the domain at the located line (a `guard_op`
+# remedy, applied by instrument/remedies.py).
+GUARDABLE_OPS = frozenset(
+    {"log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "acos", "asin", "atanh",
+     "exp", "expm1", "pow", "div"}
+)  # fmt: skip
 # A name, attribute, subscript or call binds tighter than `.method()`: no parentheses needed.
 _ATOMS = (ast.Name, ast.Attribute, ast.Subscript, ast.Call)
 

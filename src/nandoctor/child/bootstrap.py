@@ -49,6 +49,10 @@ def _instrument(options: ChildOptions, events: EventWriter):
         redirect_writes(options.scratch_dir)
     for probe in options.probes:
         _install_probe(probe, session, options)
+    if options.remedy:  # verifying a fix by treatment
+        from nandoctor.instrument.remedies import apply_remedy
+
+        apply_remedy(options.remedy, session)
     session.install()
     return session
 

@@ -19,6 +19,7 @@ class ChildOptions:
     probes: list[str] = field(default_factory=list)  # in-child probes of stages: data_scan, ...
     lr_multiplier: float = 1.0
     scratch_dir: str | None = None  # re-runs: files the script writes go here instead
+    remedy: dict | None = None  # a fix to apply in this run (instrument/remedies.py)
     extra: dict = field(default_factory=dict)  # stage-specific settings
 
     def save(self, path: str) -> None:

@@ -12,7 +12,7 @@ import torch
 from nandoctor.child.events import EventWriter
 from nandoctor.child.options import ChildOptions
 from nandoctor.instrument.detector import Birth, NonfiniteDetector, StopRun
-from nandoctor.instrument.frames import SourceLine, find_user_frame
+from nandoctor.instrument.frames import SourceLine, find_construction_frame, find_user_frame
 from nandoctor.instrument.hooks import HookSet
 from nandoctor.instrument.modules import ModuleTracker
 from nandoctor.instrument.tensors import count_nonfinite, is_checked, is_finite
@@ -48,6 +48,8 @@ class WatchSession:
         self._forward_this_step = False
         self._clock: weakref.ref | None = None  # the optimizer whose steps count as steps
         self._optimizers: list[weakref.ref] = []
+        self._constructed: list[weakref.ref] = []
+        self._stepping = None  # the optimizer whose step() is running
         self._losses: list[float] = []
         self._grad_norm: float | None = None
         self._param_names: dict[int, str] = {}
@@ -85,6 +87,7 @@ class WatchSession:
         self.hooks.backward_calls(self._before_backward, self._after_backward)
         self.hooks.batches(self._batch_requested, self._batch_produced)
         self.hooks.grad_scaler_used(self._grad_scaler_used)
+        self.hooks.optimizers_created(self._optimizer_created)
         if self.detector is not None:
             self.hooks.tensor_sources(self._tensor_entered)
         self._activate_detector_at(self.step)
@@ -139,6 +142,25 @@ class WatchSession:
             with self.quiet():
                 self.detector.tensor_entered(source, result)
 
+    def _optimizer_created(self, optimizer) -> None:
+        """Where each optimizer was built and with which settings: the line to edit for an
+        optimizer setting or a learning rate."""
+        if getattr(optimizer, "_nandoctor_index", None) is not None:
+            return  # a wrapper optimizer re-running __init__ on the same object
+        optimizer._nandoctor_index = index = len(self._constructed)
+        self._constructed.append(weakref.ref(optimizer))
+        location = find_construction_frame(optimizer)
+        defaults = {k: _plain(v) for k, v in optimizer.defaults.items()
+                    if k in _REPORTED_SETTINGS}  # fmt: skip
+        self.events.emit(
+            "optimizer",
+            index=index,
+            type=type(optimizer).__name__,
+            settings=defaults,
+            groups=len(optimizer.param_groups),
+            location=location.as_dict() if location else None,
+        )
+
     def _grad_scaler_used(self) -> None:
         self.uses_grad_scaler = True
 
@@ -155,14 +177,15 @@ class WatchSession:
             self._clock = weakref.ref(optimizer)
         self._check_grads(optimizer)
         self._in_optimizer = True
+        self._stepping = optimizer
 
     def _after_step(self, optimizer) -> None:
-        self._in_optimizer = False
         with self.quiet():
             params = self._params_of(optimizer)
             if not math.isfinite(_total_norm(params)):
                 bad = next(p for p in params if not is_finite(p))
                 self._report(bad, f"parameter {self._name(bad)}", bad)
+        self._in_optimizer = False
         if self._clock is not None and self._clock() is optimizer:
             self._finish_step(optimizer)
 
@@ -207,6 +230,9 @@ class WatchSession:
             reached=reached,
             step=self.step,
             phase=self.phase if birth is None else birth.phase,
+            optimizer=getattr(self._stepping, "_nandoctor_index", None)
+            if self._in_optimizer
+            else None,
             counts=count_nonfinite(bad).describe(),
             birth=_birth_dict(birth) if birth else None,
             backward_call=self.backward_call.as_dict() if self.backward_call else None,
@@ -249,6 +275,18 @@ class WatchSession:
                 if value is param:
                     self._param_names[id(param)] = name
         return self._param_names.get(id(param), f"a {tuple(param.shape)} tensor")
+
+
+_REPORTED_SETTINGS = ("lr", "eps", "betas", "momentum", "weight_decay", "nesterov", "alpha",
+                      "foreach", "fused", "amsgrad", "maximize")  # fmt: skip
+
+
+def _plain(value):
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
 
 
 def _as_float(value) -> float | None:

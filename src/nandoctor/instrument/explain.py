@@ -71,6 +71,10 @@ def _as_tensor(value, like: torch.Tensor) -> torch.Tensor:
 
 
 def _division(args, kwargs, out) -> str | None:
+    return _divide("division", args, kwargs, out)
+
+
+def _divide(what: str, args, kwargs, out) -> str | None:
     if len(args) < 2:
         return None
     numerator = args[0].detach() if isinstance(args[0], torch.Tensor) else None
@@ -78,13 +82,21 @@ def _division(args, kwargs, out) -> str | None:
     zero = denominator == 0
     n_zero = _count(zero)
     if n_zero == 0:
-        return _overflow("division", args, out, hint="denominators close to zero")
+        return _overflow(what, args, out, hint="denominators close to zero")
     text = f"division by zero: {n_zero} of {denominator.numel()} denominators are 0"
     if numerator is not None:
         numerator_zero, zero = torch.broadcast_tensors(numerator == 0, zero)
         if zero_over_zero := _count(numerator_zero & zero):
             text += f" ({zero_over_zero} results are 0/0)"
     return text
+
+
+def _addcdiv(args, kwargs, out) -> str | None:
+    """self + value * tensor1 / tensor2: Adam's update, where tensor2 is sqrt(v) + eps."""
+    if len(args) < 3 or not isinstance(args[2], torch.Tensor):
+        return None
+    text = _divide("division", (args[1], args[2]), kwargs, out)
+    return f"inside addcdiv: {text}" if text else None
 
 
 def _reciprocal(args, kwargs, out) -> str | None:
@@ -123,8 +135,8 @@ def _pow(args, kwargs, out) -> str | None:
 
 def _overflow(what: str, args, out, hint: str | None = None) -> str | None:
     """Finite inputs, infinite output: the result left the dtype's range."""
-    if not isinstance(out, torch.Tensor):
-        return None
+    if not isinstance(out, torch.Tensor) or bool(torch.isnan(out.detach()).any()):
+        return None  # NaN from finite inputs is not an overflow
     largest = 0.0
     for t in iter_tensors(args):
         if is_checked(t) and (span := finite_range(t)) is not None:
@@ -176,6 +188,7 @@ _RULES: dict[str, Callable] = {
     "remainder": _division,
     "fmod": _division,
     "reciprocal": _reciprocal,
+    "addcdiv": _addcdiv,
     "exp": _exp_like("exp"),
     "expm1": _exp_like("expm1"),
     "exp2": _exp_like("exp2", math.log(2)),
@@ -196,9 +209,17 @@ _RULES: dict[str, Callable] = {
 
 def explain_birth(op_name: str, args, kwargs, out: torch.Tensor) -> str:
     """Why `op_name` turned finite inputs into NaN/Inf in `out`."""
+    if op_name.startswith("_foreach_"):  # list ops of optimizers: explain the failing element
+        op_name, args = op_name.removeprefix("_foreach_"), _element_args(args, out)
     rule = _RULES.get(op_name)
     text = rule(args, kwargs or {}, out) if rule else None
     return text or _overflow(op_name, args, out) or f"{op_name} produced non-finite values"
+
+
+def _element_args(args, out: torch.Tensor):
+    lists = [a for a in args if isinstance(a, (list, tuple))]
+    index = next((i for i, t in enumerate(lists[0]) if t is out), 0) if lists else 0
+    return tuple(a[index] if isinstance(a, (list, tuple)) and len(a) > index else a for a in args)
 
 
 def explain_nan_from_inf(op_name: str, args, out: torch.Tensor) -> str:

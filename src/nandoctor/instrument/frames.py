@@ -71,3 +71,17 @@ def find_user_frame(frame: FrameType | None = None) -> SourceLine | None:
             return SourceLine(user_file, f.f_lineno, code.co_name)
         f = f.f_back
     return None
+
+
+def find_construction_frame(instance: object) -> SourceLine | None:
+    """The user line that constructed `instance`: the first user frame outside the `__init__`
+    methods of the instance itself (a subclass defined in the script calls `super().__init__`)."""
+    f = sys._getframe(1)
+    while f is not None:
+        user_file = _user_file(f.f_code)
+        if user_file and not (
+            f.f_code.co_name == "__init__" and f.f_locals.get("self") is instance
+        ):
+            return SourceLine(user_file, f.f_lineno, f.f_code.co_name)
+        f = f.f_back
+    return None

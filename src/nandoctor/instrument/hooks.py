@@ -60,6 +60,17 @@ class HookSet:
         iterator_class.__next__ = next_batch
         self._undo.append(lambda: setattr(iterator_class, "__next__", original))
 
+    def optimizers_created(self, created: Callable) -> None:
+        """Call `created(optimizer)` after every `torch.optim.Optimizer` is constructed."""
+        original = torch.optim.Optimizer.__init__
+
+        def init(optimizer, *args, **kwargs):
+            original(optimizer, *args, **kwargs)
+            created(optimizer)
+
+        torch.optim.Optimizer.__init__ = init
+        self._undo.append(lambda: setattr(torch.optim.Optimizer, "__init__", original))
+
     def tensor_sources(self, produced: Callable) -> None:
         """Call `produced(name, result)` for tensors that enter torch from outside its ops
         (`torch.from_numpy` never reaches the dispatcher; `torch.load` restores storage)."""

@@ -42,6 +42,7 @@ def _cause(cause: Cause) -> dict:
 
 def _finding(finding: Finding) -> dict:
     data = asdict(finding)
+    data.pop("remedy", None)
     data["evidence"] = list(finding.evidence)
     data["location"] = _location(finding.location)
     return data

@@ -71,6 +71,8 @@ class Finding:
     location: Location | None = None
     severity: str = "error"  # error | warning | hint; hints never become causes
     verified_fix: bool | None = None
+    # A fix nandoctor can apply to a re-run by itself, to verify it (instrument/remedies.py).
+    remedy: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nandoctor.fixes import EPS, guard_call_argument, guard_denominator
+from nandoctor.fixes import EPS, GUARDABLE_OPS, guard_call_argument, guard_denominator
 from nandoctor.report.model import Finding, FirstNonfinite, Location, StageResult
 from nandoctor.stages import StageContext, StageOutcome
 
@@ -20,7 +20,7 @@ def run(context: StageContext) -> StageOutcome:
         summary = f"no NaN/Inf reached the loss, a gradient or a parameter in {steps} steps"
         return StageOutcome(StageResult("ran", summary, context.watch.duration_s))
     first = first_nonfinite_from(event)
-    finding = finding_from(first, event)
+    finding = finding_from(first, event, optimizer_of(context.watch, event))
     where = f" at {first.location.short()}" if first.location else ""
     summary = f"{first.op} in {first.phase}{where}, step {first.step}: {first.explanation}"
     result = StageResult("ran", summary, context.watch.duration_s)
@@ -60,7 +60,22 @@ def op_base(op: str) -> str:
     return name.rstrip("_") or name
 
 
-def finding_from(first: FirstNonfinite, event: dict) -> Finding:
+def optimizer_of(watch, event: dict) -> dict | None:
+    """The `optimizer` event (type, settings, construction line) of the optimizer in `event`."""
+    built = watch.all("optimizer")
+    index = event.get("optimizer")
+    if index is None and len(built) == 1:
+        index = 0
+    return next((o for o in built if o["index"] == index), None)
+
+
+def describe_optimizer(optimizer: dict) -> str:
+    settings = ", ".join(f"{k}={v}" for k, v in optimizer["settings"].items()
+                         if k in ("lr", "eps", "betas", "momentum", "weight_decay"))  # fmt: skip
+    return f"{optimizer['type']}({settings})"
+
+
+def finding_from(first: FirstNonfinite, event: dict, optimizer: dict | None = None) -> Finding:
     birth = event.get("birth") or {}
     category, title, confidence = _categorize(first, birth)
     evidence = [
@@ -73,26 +88,68 @@ def finding_from(first: FirstNonfinite, event: dict) -> Finding:
     ]
     if first.location and first.location.code:
         evidence.append(f"code: {first.location.code}")
+    location, fix = first.location, suggest_fix(first, birth, category)
+    if first.phase == "optimizer" and optimizer is not None:
+        # The line to edit is where the optimizer was built with the offending setting.
+        evidence.append(f"optimizer: {describe_optimizer(optimizer)}")
+        location = Location.from_dict(optimizer.get("location")) or location
+        fix = optimizer_fix(optimizer, category) or fix
     return Finding(
         stage=NAME,
         category=category,
         title=title,
         confidence=confidence,
         evidence=tuple(evidence),
-        fix=suggest_fix(first, birth, category),
-        location=first.location,
+        fix=fix,
+        location=location,
+        remedy=propose_remedy(first, birth, category, optimizer),
     )
+
+
+def propose_remedy(first: FirstNonfinite, birth: dict, category: str, optimizer) -> dict | None:
+    """The fix a re-run can apply by itself to verify this finding, if there is one."""
+    if (
+        category == "optimizer_config"
+        and optimizer
+        and (optimizer["settings"].get("eps") or 0) <= 0
+    ):
+        return {"kind": "optimizer_eps", "eps": 1e-8}
+    if birth.get("inputs_nonfinite") or "conversion" in first.explanation:
+        return {"kind": "sanitize_inputs"}
+    if category == "precision" and any(w in first.explanation for w in _LOW_PRECISION_WORDS):
+        return {"kind": "float32"}
+    op = _forward_op(first.explanation) if first.phase == "backward" else op_base(first.op)
+    if op in GUARDABLE_OPS and first.location is not None:
+        return {
+            "kind": "guard_op",
+            "op": op,
+            "file": first.location.file,
+            "line": first.location.line,
+        }
+    return None
+
+
+def optimizer_fix(optimizer: dict, category: str) -> str | None:
+    eps = optimizer["settings"].get("eps")
+    if category == "optimizer_config" and eps is not None and eps <= 0:
+        return (
+            f"give {optimizer['type']} a positive eps: `eps=1e-8` (1e-4 or more in pure float16); "
+            "with eps=0, a parameter whose gradient is exactly 0 divides 0 by 0"
+        )
+    return None
 
 
 def _categorize(first: FirstNonfinite, birth: dict) -> tuple[str, str, float]:
     op = op_base(first.op)
     explanation = first.explanation
+    overflow = any(word in explanation for word in _OVERFLOW_WORDS)
     if birth.get("inputs_nonfinite") or first.phase == "data":
         return "data", "non-finite values come from the data", 0.85
-    if (
-        any(word in explanation for word in _OVERFLOW_WORDS)
-        and "division by a zero" not in explanation
-    ):
+    if first.phase == "optimizer":
+        if "division by zero" in explanation:
+            return "optimizer_config", "the optimizer update divides by zero", 0.8
+        return "learning_rate", f"the optimizer update overflowed ({op})", 0.6
+    if overflow and "division by zero" not in explanation:
         if any(word in explanation for word in _LOW_PRECISION_WORDS):
             return "precision", f"{op} overflows its low-precision dtype", 0.8
         if first.step == 0:
@@ -100,8 +157,6 @@ def _categorize(first: FirstNonfinite, birth: dict) -> tuple[str, str, float]:
         if first.phase == "backward":
             return "exploding_gradients", f"gradients overflow in the backward of {op}", 0.6
         return "learning_rate", f"values grew until {op} overflowed at step {first.step}", 0.55
-    if first.phase == "optimizer":
-        return "optimizer_config", f"the optimizer update produced NaN/Inf ({op})", 0.7
     if first.phase == "backward":
         forward = _forward_op(explanation) or op
         return "invalid_operation", f"the gradient of {forward} is not finite at its input", 0.85

@@ -1,0 +1,200 @@
+"""Remedies applied to a re-run of the script, to verify a proposed fix by treatment.
+
+Each remedy is described by a plain dict (it travels in the child's options):
+- {"kind": "guard_op", "op": "log", "file": F, "line": L}: keep the input of that op, at that
+  user line, inside its domain (clamp), above autograd, so gradients see the guard too;
+- {"kind": "clip_gradients", "max_norm": C}: clip gradients before every optimizer step;
+- {"kind": "sanitize_inputs"}: replace NaN/Inf in batches and in tensors made from outside data;
+- {"kind": "reinitialize", "modules": [...]}: default re-initialization of those modules;
+- {"kind": "float32"}: keep the model in float32 (no .half()/.bfloat16(), autocast disabled);
+- {"kind": "optimizer_eps", "eps": E}: optimizers built with eps <= 0 get eps = E.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from nandoctor.fixes import GUARDABLE_OPS
+from nandoctor.instrument.frames import find_user_frame
+from nandoctor.instrument.tensors import iter_tensors
+
+_EPS = 1e-12
+
+# aten op of the finding -> the Python-level callables (by name) that run it, and which
+# argument gets the guard.
+_GUARDED_CALLS = {
+    "log": ({"log", "log_"}, 0), "log2": ({"log2", "log2_"}, 0), "log10": ({"log10", "log10_"}, 0),
+    "log1p": ({"log1p", "log1p_"}, 0), "sqrt": ({"sqrt", "sqrt_"}, 0),
+    "rsqrt": ({"rsqrt", "rsqrt_"}, 0), "reciprocal": ({"reciprocal", "reciprocal_"}, 0),
+    "acos": ({"acos", "arccos", "acos_"}, 0), "asin": ({"asin", "arcsin", "asin_"}, 0),
+    "atanh": ({"atanh", "arctanh"}, 0), "exp": ({"exp", "exp_"}, 0), "expm1": ({"expm1"}, 0),
+    "pow": ({"pow", "__pow__", "pow_"}, 0),
+    "div": ({"div", "divide", "true_divide", "__truediv__", "__itruediv__", "div_"}, 1),
+}  # fmt: skip
+
+
+assert set(_GUARDED_CALLS) == GUARDABLE_OPS, "every guardable op needs its Python-level calls"
+
+
+def _domain_guard(op: str):
+    def clamp_min(eps):
+        return lambda x: x.clamp_min(eps)
+
+    def exp_guard(x):
+        return x.clamp_max(math.log(torch.finfo(x.dtype).max) - 1.0)
+
+    def away_from_zero(x):
+        return torch.where(x.abs() < _EPS, torch.full_like(x, _EPS), x)
+
+    return {
+        "log1p": clamp_min(-1 + 1e-7),
+        "acos": lambda x: x.clamp(-1 + 1e-7, 1 - 1e-7),
+        "asin": lambda x: x.clamp(-1 + 1e-7, 1 - 1e-7),
+        "atanh": lambda x: x.clamp(-1 + 1e-7, 1 - 1e-7),
+        "exp": exp_guard,
+        "expm1": exp_guard,
+        "div": away_from_zero,
+        "reciprocal": away_from_zero,
+    }.get(op, clamp_min(_EPS))
+
+
+class OpGuard(TorchFunctionMode):
+    """Guards one op at one user line; everything else runs untouched."""
+
+    def __init__(self, op: str, file: str, line: int) -> None:
+        super().__init__()
+        self.names, self.position = _GUARDED_CALLS[op]
+        self.guard = _domain_guard(op)
+        self.file, self.line = os.path.abspath(file), line
+        self.applied = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", None) in self.names and self._at_the_line():
+            args = self._guarded(args)
+        return func(*args, **kwargs)
+
+    def _at_the_line(self) -> bool:
+        frame = find_user_frame()
+        return frame is not None and frame.line == self.line and frame.file == self.file
+
+    def _guarded(self, args: tuple) -> tuple:
+        args = list(args)
+        if len(args) > self.position:
+            value = args[self.position]
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                args[self.position] = self.guard(value)
+                self.applied += 1
+            elif isinstance(value, (int, float)) and self.position == 1 and value == 0:
+                args[self.position] = _EPS
+                self.applied += 1
+        return tuple(args)
+
+
+def _optimizer_eps(remedy: dict, session) -> None:
+    """Every optimizer built with eps <= `below` gets eps = `eps`."""
+    eps, below = float(remedy["eps"]), float(remedy.get("below", 0.0))
+
+    def fix(optimizer) -> None:
+        for group in optimizer.param_groups:
+            if isinstance(group.get("eps"), float) and group["eps"] <= below:
+                group["eps"] = eps
+
+    session.hooks.optimizers_created(fix)
+
+
+def _clip_gradients(remedy: dict, session) -> None:
+    max_norm = float(remedy["max_norm"])
+
+    def clip(optimizer) -> None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        with session.quiet():
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+    session.hooks.optimizer_steps(clip, lambda optimizer: None)
+
+
+def _sanitized(batch):
+    with torch.no_grad():
+        for t in iter_tensors(batch):
+            if t.is_floating_point():
+                torch.nan_to_num_(t, nan=0.0, posinf=0.0, neginf=0.0)
+    return batch
+
+
+def _sanitize_inputs(remedy: dict, session) -> None:
+    session.on_batch.append(lambda batch, step: _sanitized(batch))
+    session.modules.on_root_forward.append(lambda module, args: _sanitized(args))
+    session.hooks.tensor_sources(lambda name, result: _sanitized(result))
+
+
+def _reinitialize(remedy: dict, session) -> None:
+    wanted = set(remedy["modules"])
+    done: set[int] = set()
+
+    def reset(root, args) -> None:
+        if id(root) in done:
+            return
+        done.add(id(root))
+        for name, module in root.named_modules():
+            if name in wanted and hasattr(module, "reset_parameters"):
+                with torch.no_grad():
+                    module.reset_parameters()
+
+    session.modules.on_root_forward.insert(0, reset)
+
+
+def _keep_float32(remedy: dict, session) -> None:
+    low = (torch.float16, torch.bfloat16)
+    for owner in (torch.nn.Module, torch.Tensor):
+        for name in ("half", "bfloat16"):
+            original = getattr(owner, name)
+            setattr(owner, name, _identity_cast(original, owner is torch.nn.Module))
+            session.hooks._undo.append(lambda o=owner, n=name, f=original: setattr(o, n, f))
+    original_init = torch.autocast.__init__
+
+    def autocast_init(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        original_init(self, device_type, dtype=dtype, enabled=False, cache_enabled=cache_enabled)
+
+    torch.autocast.__init__ = autocast_init
+    session.hooks._undo.append(lambda: setattr(torch.autocast, "__init__", original_init))
+    original_to = torch.Tensor.to
+
+    def to(tensor, *args, **kwargs):
+        args = tuple(torch.float32 if a in low else a for a in args)
+        if kwargs.get("dtype") in low:
+            kwargs["dtype"] = torch.float32
+        return original_to(tensor, *args, **kwargs)
+
+    torch.Tensor.to = to
+    session.hooks._undo.append(lambda: setattr(torch.Tensor, "to", original_to))
+
+
+def _identity_cast(original, is_module: bool):
+    def keep(self, *args, **kwargs):
+        return self if is_module else self.float()
+
+    keep.__wrapped__ = original
+    return keep
+
+
+def apply_remedy(remedy: dict, session) -> None:
+    """Install `remedy` for this run (called before the script starts)."""
+    kind = remedy["kind"]
+    if kind == "guard_op":
+        guard = OpGuard(remedy["op"], remedy["file"], int(remedy["line"]))
+        guard.__enter__()
+        session.remedy_guard = guard
+        return
+    installers = {
+        "optimizer_eps": _optimizer_eps,
+        "clip_gradients": _clip_gradients,
+        "sanitize_inputs": _sanitize_inputs,
+        "reinitialize": _reinitialize,
+        "float32": _keep_float32,
+    }
+    installers[kind](remedy, session)

@@ -1,0 +1,107 @@
+"""Verify fixes by treatment: re-run the script with a cause's remedy applied and see whether
+it stays finite. A verified fix outranks an unverified guess."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+from nandoctor.child.options import ChildOptions
+from nandoctor.ranking import rank_causes
+from nandoctor.report.model import Finding
+from nandoctor.runner import RunOutcome, run_child
+from nandoctor.stages import StageContext
+
+
+def describe_remedy(remedy: dict) -> str:
+    kind = remedy["kind"]
+    if kind == "guard_op":
+        return f"the input of {remedy['op']} at line {remedy['line']} kept inside its domain"
+    if kind == "clip_gradients":
+        return f"gradients clipped to norm {remedy['max_norm']:g}"
+    if kind == "sanitize_inputs":
+        return "NaN/Inf in the inputs replaced by 0"
+    if kind == "reinitialize":
+        return f"default initialization of {', '.join(remedy['modules'])}"
+    if kind == "float32":
+        return "the model kept in float32"
+    if kind == "optimizer_eps":
+        return f"the optimizer's eps set to {remedy['eps']:g}"
+    return kind
+
+
+def horizon(context: StageContext) -> int:
+    """Steps a fixed run must stay finite: well past the original failure."""
+    settings = context.config.verify
+    failure = context.watch.nonfinite
+    failed_at = failure["step"] if failure else len(context.watch.steps)
+    wanted = max(settings.min_steps, math.ceil(settings.steps_factor * (failed_at + 1)))
+    return min(wanted, context.config.watch.max_steps)
+
+
+def _treated_run(context: StageContext, remedy: dict, steps: int, name: str) -> RunOutcome:
+    config = context.config
+    options = ChildOptions(
+        script=context.target.script,
+        args=list(context.target.args),
+        events_path="",
+        max_steps=steps,
+        seed=config.watch.seed,
+        threads=config.watch.threads,
+        detect=False,
+        remedy=remedy,
+        scratch_dir=tempfile.mkdtemp(prefix=f"{name}-", dir=context.workdir),
+    )
+    return run_child(options, context.workdir, timeout_s=config.watch.timeout_s, name=name)
+
+
+def _verdict(run: RunOutcome, steps: int, remedy: dict) -> tuple[bool, str]:
+    what = describe_remedy(remedy)
+    if run.nonfinite is not None:
+        return False, f"re-ran with {what}: still non-finite at step {run.nonfinite['step']}"
+    if error := run.first("script_error"):
+        return (
+            False,
+            f"re-ran with {what}: the script then failed ({error['type']}: {error['message']})",
+        )
+    if run.timed_out or run.crashed or run.first("internal_error"):
+        return False, f"re-ran with {what}: the run did not complete"
+    done = len(run.steps)
+    ended = (run.end or {}).get("outcome")
+    if done < steps and ended != "finished":
+        return False, f"re-ran with {what}: stopped after {done} steps, short of {steps}"
+    return True, f"re-ran with {what}: finite for {done} optimizer steps"
+
+
+def verify_findings(context: StageContext, findings: list[Finding]) -> list[Finding]:
+    """Findings with `verified_fix` and an evidence line set for the strongest that carry an
+    automatic remedy; the others unchanged."""
+    settings = context.config.verify
+    if context.watch.nonfinite is None or settings.max_fixes <= 0:
+        return findings
+    ranked = rank_causes(findings)
+    to_try: list[Finding] = []
+    for cause in ranked:
+        match = next((f for f in findings if f.category == cause.category and f.location == cause.location
+                      and f.remedy and f.verified_fix is None), None)  # fmt: skip
+        if match is not None and match not in to_try:
+            to_try.append(match)
+        if len(to_try) >= settings.max_fixes:
+            break
+    if not to_try:
+        return findings
+    steps = horizon(context)
+    context.progress(f"verifying {len(to_try)} fix(es) by re-running the script…")
+    with ThreadPoolExecutor(max_workers=max(1, min(settings.jobs, os.cpu_count() or 1))) as pool:
+        runs = list(pool.map(lambda item: _treated_run(context, item[1].remedy, steps, f"verify-{item[0]}"),
+                             enumerate(to_try)))  # fmt: skip
+    verified = {}
+    for finding, run in zip(to_try, runs, strict=True):
+        ok, line = _verdict(run, steps, finding.remedy)
+        verified[id(finding)] = dataclasses.replace(
+            finding, verified_fix=ok, evidence=(*finding.evidence, line)
+        )
+    return [verified.get(id(f), f) for f in findings]
