@@ -12,8 +12,8 @@ from collections.abc import Callable
 import nandoctor
 from nandoctor.child.options import ChildOptions
 from nandoctor.config import Config
-from nandoctor.ranking import rank_causes
-from nandoctor.report.model import Report, StageResult
+from nandoctor.ranking import RunFacts, apply_causal_rules, rank_causes
+from nandoctor.report.model import Location, Report, StageResult
 from nandoctor.runner import RunOutcome, run_child
 from nandoctor.stages import StageContext, StageOutcome
 from nandoctor.target import Target
@@ -211,11 +211,25 @@ def diagnose(
         context = StageContext(target, config, workdir, watch, progress=progress)
         run_stages(context, config.stages, progress)
         findings = [f for outcome in context.earlier.values() for f in outcome.findings]
+        findings = apply_causal_rules(findings, run_facts(watch))
         findings = verify_findings(context, findings)
         return build_report(target, watch, context, findings)
     finally:
         if not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_facts(watch: RunOutcome) -> RunFacts:
+    failure = watch.nonfinite
+    optimizers = watch.all("optimizer")
+    return RunFacts(
+        failed_step=failure["step"] if failure else None,
+        losses=tuple(s.get("loss") for s in watch.steps),
+        grad_norms=tuple(s.get("grad_norm") for s in watch.steps),
+        optimizer_location=Location.from_dict(optimizers[0].get("location"))
+        if optimizers
+        else None,
+    )
 
 
 def build_report(

@@ -1,44 +1,137 @@
-"""Rank findings into causes: deterministic, explicit order."""
+"""From findings to ranked causes: causal rules across stages, then a deterministic order."""
 
 from __future__ import annotations
 
-from nandoctor.report.model import Cause, Finding
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from nandoctor.report.model import Cause, Finding, Location
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1}
+_GROWTH_FACTOR_LOSS = 10.0  # loss before the failure this many times its early minimum...
+_GROWTH_FACTOR_GRAD = 100.0  # ...or the gradient norm this many times its first value
+_SYMPTOM_DISCOUNT = 0.6  # confidence kept by a finding another finding explains
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the watched run measured, for reasoning across stages."""
+
+    failed_step: int | None = None  # optimizer step of the first NaN/Inf that mattered
+    losses: tuple = ()
+    grad_norms: tuple = ()
+    optimizer_location: Location | None = None
+
+
+def _finite(values) -> list[float]:
+    return [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+def growth_before_failure(facts: RunFacts) -> str | None:
+    """Evidence that values blew up over several steps before the failure, or None."""
+    losses = _finite(facts.losses)
+    if len(losses) >= 3:
+        early = min(losses[: max(1, len(losses) // 2)])
+        late = max(losses[-3:])
+        if early > 0 and late > _GROWTH_FACTOR_LOSS * early:
+            return f"the loss grew from {early:.4g} to {late:.4g} before the failure"
+    norms = _finite(facts.grad_norms)
+    if len(norms) >= 3 and norms[0] > 0 and norms[-1] > _GROWTH_FACTOR_GRAD * norms[0]:
+        return f"the gradient norm grew from {norms[0]:.4g} to {norms[-1]:.4g} before the failure"
+    return None
+
+
+def _discounted(finding: Finding, reason: str) -> Finding:
+    return dataclasses.replace(
+        finding,
+        confidence=finding.confidence * _SYMPTOM_DISCOUNT,
+        evidence=(*finding.evidence, reason),
+    )
+
+
+def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding]:
+    """Reason across stages: what happened first and what explains what."""
+    result = list(findings)
+    if facts.failed_step == 0:
+        # Step 0's loss comes from the first forward pass, before any update: the learning
+        # rate cannot have caused it.
+        result = [
+            dataclasses.replace(f, severity="hint") if f.category == "learning_rate" else f
+            for f in result
+        ]
+    growth = growth_before_failure(facts) if facts.failed_step else None
+    if growth:
+        result = [
+            _discounted(f, f"a symptom: {growth}")
+            if f.stage == "anomaly" and f.category in ("invalid_operation", "precision")
+            else f
+            for f in result
+        ]
+        if not any(f.category == "learning_rate" and f.severity != "hint" for f in result):
+            result.append(_learning_rate_suspect(growth, facts))
+    init_errors = [f for f in result if f.category == "initialization" and f.severity == "error"]
+    if init_errors and facts.failed_step is not None and facts.failed_step <= 1:
+        result = [
+            _discounted(f, "explained by the initialization: the weights were already out of scale")
+            if f.stage == "anomaly" and f.category in ("precision", "learning_rate", "exploding_gradients")
+            else f
+            for f in result
+        ]  # fmt: skip
+    return result
+
+
+def _learning_rate_suspect(growth: str, facts: RunFacts) -> Finding:
+    return Finding(
+        stage="diagnosis",
+        category="learning_rate",
+        title="the run diverged before it produced NaN/Inf",
+        confidence=0.7,
+        evidence=(growth, f"the first NaN/Inf came only at step {facts.failed_step}"),
+        fix="lower the learning rate (`nandoctor sweep-lr` finds a stable one) or add warmup",
+        location=facts.optimizer_location,
+    )
+
+
+def _merged(group: list[Finding]) -> Finding:
+    """One finding per category: the strongest, with the others' evidence beside it."""
+    best = group[0]
+    evidence = list(best.evidence)
+    for other in group[1:]:
+        evidence += [f"[{other.stage}] {line}" for line in other.evidence if line not in evidence]
+    verified = True if any(f.verified_fix for f in group) else best.verified_fix
+    return dataclasses.replace(best, evidence=tuple(evidence), verified_fix=verified)
+
+
+def _order(finding: Finding) -> tuple:
+    return (
+        0 if finding.verified_fix else 1,
+        -finding.confidence,
+        _SEVERITY_ORDER[finding.severity],
+        finding.category,
+        finding.title,
+    )
 
 
 def rank_causes(findings: list[Finding]) -> list[Cause]:
-    """Errors and warnings become causes (hints never do); a verified fix outranks a guess, then
-    confidence decides; one cause per (category, location), keeping the strongest."""
-    candidates = [f for f in findings if f.severity in _SEVERITY_ORDER]
-    ordered = sorted(
-        candidates,
-        key=lambda f: (
-            0 if f.verified_fix else 1,
-            -f.confidence,
-            _SEVERITY_ORDER[f.severity],
-            f.category,
-            f.title,
-        ),
-    )
-    causes: list[Cause] = []
-    seen: set[tuple] = set()
-    for finding in ordered:
-        key = (finding.category, finding.location.short() if finding.location else None)
-        if key in seen:
-            continue
-        seen.add(key)
-        causes.append(
-            Cause(
-                rank=len(causes) + 1,
-                category=finding.category,
-                title=finding.title,
-                confidence=round(finding.confidence, 2),
-                evidence=finding.evidence,
-                fix=finding.fix,
-                location=finding.location,
-                verified_fix=finding.verified_fix,
-                stage=finding.stage,
-            )
+    """Errors and warnings become causes (hints never do), one per category; a verified fix
+    outranks a guess, then confidence decides; ties break by category and title."""
+    candidates = sorted((f for f in findings if f.severity in _SEVERITY_ORDER), key=_order)
+    by_category: dict[str, list[Finding]] = {}
+    for finding in candidates:
+        by_category.setdefault(finding.category, []).append(finding)
+    merged = sorted((_merged(group) for group in by_category.values()), key=_order)
+    return [
+        Cause(
+            rank=rank,
+            category=f.category,
+            title=f.title,
+            confidence=round(f.confidence, 2),
+            evidence=f.evidence,
+            fix=f.fix,
+            location=f.location,
+            verified_fix=f.verified_fix,
+            stage=f.stage,
         )
-    return causes
+        for rank, f in enumerate(merged, 1)
+    ]

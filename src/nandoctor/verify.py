@@ -15,6 +15,8 @@ from nandoctor.report.model import Finding
 from nandoctor.runner import RunOutcome, run_child
 from nandoctor.stages import StageContext
 
+_DIVERGED_FACTOR = 10.0  # a treated run whose last loss is this far above its best diverged
+
 
 def describe_remedy(remedy: dict) -> str:
     kind = remedy["kind"]
@@ -73,7 +75,20 @@ def _verdict(run: RunOutcome, steps: int, remedy: dict) -> tuple[bool, str]:
     ended = (run.end or {}).get("outcome")
     if done < steps and ended != "finished":
         return False, f"re-ran with {what}: stopped after {done} steps, short of {steps}"
+    if growth := _diverging(run):
+        return False, f"re-ran with {what}: finite, but {growth}"
     return True, f"re-ran with {what}: finite for {done} optimizer steps"
+
+
+def _diverging(run: RunOutcome) -> str | None:
+    """A remedy that only hides the symptom leaves a loss that keeps growing."""
+    losses = [s["loss"] for s in run.steps if isinstance(s.get("loss"), (int, float))]
+    if len(losses) < 4:
+        return None
+    best, last = min(losses), losses[-1]
+    if math.isfinite(last) and best > 0 and last > _DIVERGED_FACTOR * best and last > losses[0]:
+        return f"the loss kept growing ({losses[0]:.4g} -> {last:.4g})"
+    return None
 
 
 def verify_findings(context: StageContext, findings: list[Finding]) -> list[Finding]:

@@ -89,8 +89,8 @@ def finding_from(first: FirstNonfinite, event: dict, optimizer: dict | None = No
     if first.location and first.location.code:
         evidence.append(f"code: {first.location.code}")
     location, fix = first.location, suggest_fix(first, birth, category)
-    if first.phase == "optimizer" and optimizer is not None:
-        # The line to edit is where the optimizer was built with the offending setting.
+    if optimizer is not None and (category == "learning_rate" or first.phase == "optimizer"):
+        # The line to edit is where the optimizer was built with its learning rate or setting.
         evidence.append(f"optimizer: {describe_optimizer(optimizer)}")
         location = Location.from_dict(optimizer.get("location")) or location
         fix = optimizer_fix(optimizer, category) or fix
@@ -108,25 +108,26 @@ def finding_from(first: FirstNonfinite, event: dict, optimizer: dict | None = No
 
 def propose_remedy(first: FirstNonfinite, birth: dict, category: str, optimizer) -> dict | None:
     """The fix a re-run can apply by itself to verify this finding, if there is one."""
-    if (
-        category == "optimizer_config"
-        and optimizer
-        and (optimizer["settings"].get("eps") or 0) <= 0
-    ):
+    eps = (optimizer or {}).get("settings", {}).get("eps")
+    if category == "optimizer_config" and eps is not None and eps <= 0:
         return {"kind": "optimizer_eps", "eps": 1e-8}
     if birth.get("inputs_nonfinite") or "conversion" in first.explanation:
         return {"kind": "sanitize_inputs"}
     if category == "precision" and any(w in first.explanation for w in _LOW_PRECISION_WORDS):
         return {"kind": "float32"}
     op = _forward_op(first.explanation) if first.phase == "backward" else op_base(first.op)
-    if op in GUARDABLE_OPS and first.location is not None:
-        return {
-            "kind": "guard_op",
-            "op": op,
-            "file": first.location.file,
-            "line": first.location.line,
-        }
+    # A guard fixes a domain error (log of 0, 0/0) or an exp that overflows from the start; an
+    # overflow after values grew is a symptom, and clamping it would only hide the divergence.
+    guardable = category in ("invalid_operation", "data") or (
+        category == "precision" and op in _EXP_OPS and first.step == 0
+    )
+    if guardable and op in GUARDABLE_OPS and first.location is not None:
+        location = first.location
+        return {"kind": "guard_op", "op": op, "file": location.file, "line": location.line}
     return None
+
+
+_EXP_OPS = {"exp", "expm1"}
 
 
 def optimizer_fix(optimizer: dict, category: str) -> str | None:

@@ -1,0 +1,53 @@
+"""Causal rules and ranking, on findings built by hand (no child processes)."""
+
+from nandoctor.ranking import RunFacts, apply_causal_rules, growth_before_failure, rank_causes
+from nandoctor.report.model import Finding, Location
+
+
+def finding(category, confidence=0.8, stage="anomaly", verified=None, severity="error", line=3):
+    return Finding(stage=stage, category=category, title=f"{category} title", confidence=confidence,
+                   evidence=(f"{stage} saw {category}",), fix="fix", location=Location("t.py", line),
+                   severity=severity, verified_fix=verified)  # fmt: skip
+
+
+def test_a_failure_before_any_update_cannot_be_the_learning_rate():
+    findings = [finding("learning_rate", 0.9, stage="lr_sweep"), finding("invalid_operation", 0.7)]
+    ranked = rank_causes(apply_causal_rules(findings, RunFacts(failed_step=0)))
+    assert [c.category for c in ranked] == ["invalid_operation"]
+
+
+def test_a_domain_error_after_the_loss_blew_up_points_at_the_learning_rate():
+    facts = RunFacts(failed_step=6, losses=(1.0, 0.9, 3.0, 40.0, 900.0, 2e4),
+                     optimizer_location=Location("t.py", 5))  # fmt: skip
+    ranked = rank_causes(apply_causal_rules([finding("invalid_operation", 0.85)], facts))
+    assert [c.category for c in ranked] == ["learning_rate", "invalid_operation"]
+    assert ranked[0].location == Location("t.py", 5)
+    assert "grew from 0.9 to 2e+04" in ranked[0].evidence[0]
+
+
+def test_growth_needs_an_order_of_magnitude():
+    assert growth_before_failure(RunFacts(failed_step=5, losses=(1.0, 0.8, 1.2, 1.5, 2.0))) is None
+    assert growth_before_failure(RunFacts(failed_step=3, grad_norms=(1.0, 50.0, 400.0))) is not None
+
+
+def test_initialization_explains_an_overflow_at_the_first_step():
+    findings = [finding("precision", 0.6), finding("initialization", 0.5, stage="init_check")]
+    ranked = rank_causes(apply_causal_rules(findings, RunFacts(failed_step=0)))
+    assert [c.category for c in ranked] == ["initialization", "precision"]
+
+
+def test_a_verified_fix_outranks_a_more_confident_guess():
+    ranked = rank_causes([finding("precision", 0.95), finding("data", 0.6, verified=True)])
+    assert [c.category for c in ranked] == ["data", "precision"]
+    assert [c.rank for c in ranked] == [1, 2]
+
+
+def test_one_cause_per_category_with_the_evidence_of_every_stage():
+    findings = [finding("data", 0.85), finding("data", 0.95, stage="data_scan", line=9)]
+    (cause,) = rank_causes(findings)
+    assert cause.location.line == 9 and cause.stage == "data_scan"
+    assert cause.evidence == ("data_scan saw data", "[anomaly] anomaly saw data")
+
+
+def test_hints_never_become_causes():
+    assert rank_causes([finding("initialization", 0.9, severity="hint")]) == []
