@@ -6,6 +6,7 @@ import contextlib
 import math
 import sys
 import weakref
+from collections.abc import Callable
 
 import torch
 
@@ -29,7 +30,9 @@ def _total_norm(tensors: list[torch.Tensor]) -> float:
 class WatchSession:
     """Everything the instrumentation shares while the user's script runs."""
 
-    def __init__(self, options: ChildOptions, events: EventWriter) -> None:
+    def __init__(
+        self, options: ChildOptions, events: EventWriter, on_nonfinite: Callable | None = None
+    ) -> None:
         self.options = options
         self.events = events
         self.step = 0
@@ -41,6 +44,9 @@ class WatchSession:
         self.hooks = HookSet()
         self.backward_calls = 0
         self.found_nonfinite = False
+        # What happens when a NaN/Inf reaches something: a child run stops; the in-process
+        # API (nandoctor.guard) raises NonFiniteError instead.
+        self.on_nonfinite: Callable[[dict], None] = on_nonfinite or self._stop_run
         self.uses_grad_scaler = False
         self._detecting = False
         self._in_optimizer = False
@@ -220,31 +226,37 @@ class WatchSession:
             self._report(bad.grad, f"the gradient of {self._name(bad)}", bad.grad)
 
     def _report(self, tensor: torch.Tensor, reached: str, bad: torch.Tensor) -> None:
-        """A non-finite value reached a loss, gradient or parameter: say where it was born, stop."""
+        """A non-finite value reached a loss, gradient or parameter: say where it was born."""
         birth = None
         if self.detector is not None:
             birth = self.detector.root_birth(self.detector.taint_of(tensor))
         self.found_nonfinite = True
-        self.events.emit(
-            "nonfinite",
-            reached=reached,
-            step=self.step,
-            phase=self.phase if birth is None else birth.phase,
-            optimizer=getattr(self._stepping, "_nandoctor_index", None)
-            if self._in_optimizer
-            else None,
-            counts=count_nonfinite(bad).describe(),
-            birth=_birth_dict(birth) if birth else None,
-            backward_call=self.backward_call.as_dict() if self.backward_call else None,
-        )
+        stepping = getattr(self._stepping, "_nandoctor_index", None) if self._in_optimizer else None
+        self.on_nonfinite({
+            "reached": reached,
+            "step": self.step,
+            "phase": self.phase if birth is None else birth.phase,
+            "optimizer": stepping,
+            "counts": count_nonfinite(bad).describe(),
+            "birth": _birth_dict(birth) if birth else None,
+            "backward_call": self.backward_call.as_dict() if self.backward_call else None,
+        })  # fmt: skip
+
+    def _stop_run(self, found: dict) -> None:
+        """In a child run: tell the parent, and stop the script."""
+        self.events.emit("nonfinite", **found)
         self.stopping = True
-        raise StopRun(f"non-finite value reached {reached}")
+        raise StopRun(f"non-finite value reached {found['reached']}")
 
     def _stop_if_asked(self) -> None:
         if self.stopping:
             raise StopRun("nandoctor has what it needs")
 
     # ---- parameters -------------------------------------------------------------------------
+    def adopt_optimizer(self, optimizer) -> None:
+        """Watch this optimizer's parameters from now on (in-process `nandoctor.watch`)."""
+        self._remember(optimizer)
+
     def _remember(self, optimizer) -> None:
         if not any(ref() is optimizer for ref in self._optimizers):
             self._optimizers.append(weakref.ref(optimizer))

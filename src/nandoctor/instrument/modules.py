@@ -48,6 +48,11 @@ class ModuleTracker:
     def name_of(self, module: torch.nn.Module) -> str | None:
         return self._names.get(id(module))
 
+    def adopt(self, root: torch.nn.Module) -> None:
+        """Name `root`'s modules and parameters before its first call."""
+        if id(root) not in self._names:
+            self._register_root(root)
+
     def _register_root(self, root: torch.nn.Module) -> None:
         self.roots.append(root)
         root_name = type(root).__name__
