@@ -47,6 +47,9 @@ def watch_script(
     from_step = max(0, failure["step"] - 1)
     progress(f"replaying step {failure['step']} with per-op checks…")
     replay = _replay(target, config, workdir, from_step=from_step)
+    if replay.interrupted:
+        watch.interrupted = True
+        return watch
     if _reproduces(replay, failure):
         return _with_localization(watch, replay.nonfinite, "replayed")
     if from_step > 0 and not _broken(replay):
@@ -180,17 +183,27 @@ def environment(watch: RunOutcome) -> dict:
     }
 
 
-def run_stages(context: StageContext, stages: tuple[str, ...], progress) -> None:
+def run_stages(context: StageContext, stages: tuple[str, ...], progress) -> bool:
+    """Run the stages in order; False when the user interrupted (Ctrl-C) and the rest were
+    skipped. A stage that fails is recorded as failed; the others still run."""
+    interrupted = context.watch.interrupted
     for name in stages:
+        if interrupted:
+            context.earlier[name] = StageOutcome(StageResult("skipped", "interrupted (Ctrl-C)"))
+            continue
         progress(f"{name}…")
         started = time.monotonic()
         try:
             outcome = stage_module(name).run(context)
+        except KeyboardInterrupt:
+            interrupted = True
+            outcome = StageOutcome(StageResult("failed", "interrupted (Ctrl-C)"))
         except Exception as error:  # one stage's failure must not cost the others their say
             outcome = StageOutcome(StageResult("failed", f"{type(error).__name__}: {error}"))
         # A stage that reads the watched run counts that run's time as its own.
         outcome.result.duration_s = (outcome.result.duration_s or 0.0) + time.monotonic() - started
         context.earlier[name] = outcome
+    return not interrupted
 
 
 def diagnose(
@@ -209,11 +222,18 @@ def diagnose(
         watch = watch_script(target, config, workdir, probes=probes, on_event=on_event,
                              show_output=show_output, progress=progress)  # fmt: skip
         context = StageContext(target, config, workdir, watch, progress=progress)
-        run_stages(context, config.stages, progress)
+        completed = run_stages(context, config.stages, progress)
         findings = [f for outcome in context.earlier.values() for f in outcome.findings]
         findings = apply_causal_rules(findings, run_facts(watch))
-        findings = verify_findings(context, findings)
-        return build_report(target, watch, context, findings)
+        if completed:
+            try:
+                findings = verify_findings(context, findings)
+            except KeyboardInterrupt:
+                completed = False
+        report = build_report(target, watch, context, findings)
+        if not completed:
+            report.run["ended"] = "interrupted"
+        return report
     finally:
         if not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -1,5 +1,7 @@
-"""Trains one step, then hangs (a deadlocked data pipeline, say)."""
+"""Trains one step, then hangs (a deadlocked data pipeline, say). With a path argument, it
+touches that file once the step is done."""
 
+import sys
 import time
 
 import torch
@@ -9,4 +11,6 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 loss = model(torch.randn(4, 2)).pow(2).mean()
 loss.backward()
 optimizer.step()
+if len(sys.argv) > 1:
+    open(sys.argv[1], "w").close()
 time.sleep(600)

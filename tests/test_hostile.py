@@ -1,0 +1,106 @@
+"""Scripts that fight back: each gets a clear outcome, the documented exit code, a report on
+disk, and no user file changed by any re-run."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SCRIPTS, run_cli, validate_report
+
+ANOMALY = ("--stages", "anomaly")
+
+
+def test_except_exception_pass_cannot_swallow_the_stop(nandoctor):
+    result = nandoctor("run", "swallows_exceptions.py", *ANOMALY)
+    assert result.exit_code == 1
+    first = result.report["first_nonfinite"]
+    assert (first["op"], first["step"], first["location"]["line"]) == ("aten.log.default", 3, 12)
+    assert "training finished" not in result.stdout
+
+
+@pytest.mark.parametrize("how", ["os._exit", "segfault"])
+def test_what_was_seen_survives_a_hard_exit(nandoctor, how):
+    args = ["--segfault"] if how == "segfault" else []
+    result = nandoctor("run", "exits_hard_after_nan.py", *ANOMALY, script_args=args)
+    assert result.exit_code == 1
+    report = result.report
+    assert report["status"] == "nonfinite"
+    assert report["first_nonfinite"]["op"] == "aten.div.Tensor"
+    assert report["first_nonfinite"]["step"] == 2
+    assert report["run"]["ended"].startswith("crashed")
+
+
+def test_ctrl_c_stops_the_child_and_writes_the_partial_report(tmp_path):
+    marker, report_path = tmp_path / "stepped", tmp_path / "report.json"
+    command = [sys.executable, "-m", "nandoctor", "run", str(SCRIPTS / "hangs.py"), *ANOMALY,
+               "--json", str(report_path), "--", str(marker)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), "the script never reached its first step"
+    process.send_signal(signal.SIGINT)
+    stdout, _ = process.communicate(timeout=60)
+    assert process.returncode == 130
+    report = json.loads(report_path.read_text())
+    validate_report(report)
+    assert report["run"]["ended"] == "interrupted"
+    assert report["run"]["steps_observed"] == 1
+
+
+def test_paths_with_spaces_and_non_ascii(tmp_path):
+    folder = tmp_path / "my experiments ü"
+    folder.mkdir()
+    script = folder / "tràin log zero.py"
+    shutil.copy(SCRIPTS / "log_zero_loss.py", script)
+    result = run_cli("run", str(script), *ANOMALY, json_path=tmp_path / "r.json", cwd=folder)
+    assert result.exit_code == 1, result.stderr
+    location = result.report["first_nonfinite"]["location"]
+    assert location["file"] == str(script) and location["line"] == 14
+
+
+def test_re_runs_leave_the_users_files_as_the_watched_run_left_them(nandoctor, tmp_path):
+    out = tmp_path / "run-output"
+    out.mkdir()
+    result = nandoctor("run", "writes_files.py", *ANOMALY, script_args=[str(out)])
+    assert result.exit_code == 1
+    # the localizing replay and the verification re-run happened (clamping the log's input
+    # keeps it finite but the loss diverges, so that fix is honestly reported as not enough)...
+    assert result.report["run"]["localized"] == "replayed"
+    assert result.report["causes"][0]["verified_fix"] is False
+    # ...and wrote nothing here: one run's worth of log lines, the watched run's checkpoint
+    lines = (out / "train.log").read_text().splitlines()
+    assert [line.split()[1] for line in lines] == ["0", "1", "2", "3"]
+    import torch
+
+    assert torch.load(out / "last.pt")["step"] == 3
+    assert sorted(os.listdir(out)) == ["last.pt", "train.log"]
+
+
+def test_a_failing_stage_is_reported_and_the_others_still_run(monkeypatch, tmp_path):
+    from nandoctor import diagnose
+    from nandoctor.config import load_config
+    from nandoctor.runner import RunOutcome
+    from nandoctor.stages import StageContext
+    from nandoctor.target import Target
+
+    class Broken:
+        @staticmethod
+        def run(context):
+            raise RuntimeError("probe lost")
+
+    real = diagnose.stage_module
+    monkeypatch.setattr(diagnose, "stage_module",
+                        lambda name: Broken if name == "data_scan" else real(name))  # fmt: skip
+    watch = RunOutcome(events=[{"event": "end", "outcome": "finished"}])
+    context = StageContext(Target("t.py"), load_config(), str(tmp_path), watch)
+    assert diagnose.run_stages(context, ("data_scan", "anomaly"), lambda text: None)
+    assert context.earlier["data_scan"].result.status == "failed"
+    assert "RuntimeError: probe lost" in context.earlier["data_scan"].result.summary
+    assert context.earlier["anomaly"].result.status == "ran"
