@@ -26,6 +26,13 @@ class CliResult:
     stderr: str
 
 
+def line_of(script: str | Path, marker: str) -> int:
+    """The 1-based line of `script` (a name in tests/scripts or a path) containing `marker`."""
+    path = Path(script) if Path(script).is_absolute() else SCRIPTS / script
+    lines = path.read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if marker in line)
+
+
 def validate_report(report: dict) -> None:
     schema = json.loads(SCHEMA_PATH.read_text())
     jsonschema.validate(report, schema)

@@ -2,14 +2,9 @@
 
 import pytest
 
+from conftest import line_of
+
 ANOMALY = ("--stages", "anomaly")
-
-
-def _line_of(script_name: str, marker: str) -> int:
-    from conftest import SCRIPTS
-
-    lines = (SCRIPTS / script_name).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if marker in line)
 
 
 @pytest.mark.parametrize(
@@ -35,7 +30,7 @@ def test_birth_is_located(nandoctor, script, phase, op, module, marker, why):
     first = report["first_nonfinite"]
     assert (first["phase"], first["op"], first["module"]) == (phase, op, module)
     assert first["location"]["file"].endswith(script)
-    assert first["location"]["line"] == _line_of(script, marker)
+    assert first["location"]["line"] == line_of(script, marker)
     assert marker in first["location"]["code"]
     assert why in first["explanation"]
     assert first["step"] == 0
@@ -61,7 +56,7 @@ def test_values_entering_non_finite_are_born_where_the_tensor_was_made(
     result = nandoctor("run", script, *ANOMALY)
     first = result.report["first_nonfinite"]
     assert (first["phase"], first["op"]) == ("data", op)
-    assert first["location"]["line"] == _line_of(script, marker)
+    assert first["location"]["line"] == line_of(script, marker)
     assert why in first["explanation"]
     assert result.report["causes"][0]["category"] == "data"
 
@@ -74,7 +69,7 @@ def test_late_failure_is_localized_by_a_replay(nandoctor):
     first = report["first_nonfinite"]
     assert first["step"] == 6
     assert first["op"] == "aten.log.default"
-    assert first["location"]["line"] == _line_of("late_log_zero.py", "torch.log(")
+    assert first["location"]["line"] == line_of("late_log_zero.py", "torch.log(")
     assert report["run"]["localized"] == "replayed"
 
 
@@ -85,7 +80,7 @@ def test_optimizer_setting_is_blamed_on_the_constructor_line(nandoctor):
     assert "division by zero" in report["first_nonfinite"]["explanation"]
     cause = report["causes"][0]
     assert cause["category"] == "optimizer_config"
-    assert cause["location"]["line"] == _line_of("adam_eps_zero.py", "torch.optim.Adam(")
+    assert cause["location"]["line"] == line_of("adam_eps_zero.py", "torch.optim.Adam(")
     assert "eps=1e-8" in cause["fix"]
     assert cause["verified_fix"] is True
 

@@ -79,6 +79,12 @@ def _convert(value, kind, where: str):
         return tuple(_convert(v, item, f"{where}[]") for v in value)
     if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if kind is float and isinstance(value, str):
+        # YAML 1.1 reads `1e-5` (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{where} must be a number: got {value!r}") from None
     if kind in (int, str, bool) and type(value) is not kind:
         raise ConfigError(f"{where} must be {kind.__name__}: got {value!r}")
     return value

@@ -70,6 +70,16 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
         ]
         if not any(f.category == "learning_rate" and f.severity != "hint" for f in result):
             result.append(_learning_rate_suspect(growth, facts))
+    if any(f.stage == "device_compare" and f.category == "precision" and f.severity == "error"
+           for f in result):  # fmt: skip
+        # A float64 reference stayed finite where the run did not: the domain error is made by
+        # rounding, and clamping its input would only hide that.
+        result = [
+            dataclasses.replace(_discounted(f, "explained by precision: a float64 reference stays finite"), remedy=None)
+            if f.stage == "anomaly" and f.category == "invalid_operation"
+            else f
+            for f in result
+        ]  # fmt: skip
     init_errors = [f for f in result if f.category == "initialization" and f.severity == "error"]
     if init_errors and facts.failed_step is not None and facts.failed_step <= 1:
         result = [
