@@ -49,6 +49,7 @@ class WatchSession:
         self.on_nonfinite: Callable[[dict], None] = on_nonfinite or self._stop_run
         self.uses_grad_scaler = False
         self._detecting = False
+        self._compile_noted = False
         self._in_optimizer = False
         self._in_dataloader = False
         self._forward_this_step = False
@@ -94,6 +95,7 @@ class WatchSession:
         self.hooks.batches(self._batch_requested, self._batch_produced)
         self.hooks.grad_scaler_used(self._grad_scaler_used)
         self.hooks.optimizers_created(self._optimizer_created)
+        self.hooks.compile_used(self._compile_used)
         if self.detector is not None:
             self.hooks.tensor_sources(self._tensor_entered)
         self._activate_detector_at(self.step)
@@ -166,6 +168,14 @@ class WatchSession:
             groups=len(optimizer.param_groups),
             location=location.as_dict() if location else None,
         )
+
+    def _compile_used(self) -> None:
+        if not self._compile_noted:
+            self._compile_noted = True
+            self.events.emit("note", text=(
+                "the script uses torch.compile: per-op localization runs the model eagerly "
+                "(compiled kernels can round differently, so a NaN seen only when compiled may "
+                "not reproduce there)"))  # fmt: skip
 
     def _grad_scaler_used(self) -> None:
         self.uses_grad_scaler = True

@@ -91,6 +91,18 @@ class HookSet:
         setattr(torch, name, source)
         self._undo.append(lambda: setattr(torch, name, original))
 
+    def compile_used(self, callback: Callable) -> None:
+        """Call `callback()` the first time the script calls `torch.compile`."""
+        original = torch.compile
+
+        def compile_(*args, **kwargs):
+            callback()
+            return original(*args, **kwargs)
+
+        compile_.__wrapped__ = original
+        torch.compile = compile_
+        self._undo.append(lambda: setattr(torch, "compile", original))
+
     def grad_scaler_used(self, callback: Callable) -> None:
         """Call `callback()` when a GradScaler scales a loss: its inf gradients are expected
         (the scaler skips those steps), so only gradients it lets through are checked."""
