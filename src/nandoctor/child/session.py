@@ -20,11 +20,16 @@ from nandoctor.instrument.tensors import count_nonfinite, is_checked, is_finite
 
 
 def _total_norm(tensors: list[torch.Tensor]) -> float:
-    """L2 norm over many tensors in a few fused kernels; NaN/Inf anywhere makes it non-finite."""
+    """L2 norm over many tensors in a few fused kernels; NaN/Inf anywhere makes it non-finite
+    (and so can finite values whose norm exceeds float32: confirm with `_first_nonfinite`)."""
     if not tensors:
         return 0.0
     norms = torch._foreach_norm([t.detach() for t in tensors])
-    return float(torch.linalg.vector_norm(torch.stack([n.float() for n in norms])))
+    return float(torch.linalg.vector_norm(torch.stack([n.double() for n in norms])))
+
+
+def _first_nonfinite(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    return next((t for t in tensors if not is_finite(t)), None)
 
 
 class WatchSession:
@@ -198,8 +203,10 @@ class WatchSession:
     def _after_step(self, optimizer) -> None:
         with self.quiet():
             params = self._params_of(optimizer)
-            if not math.isfinite(_total_norm(params)):
-                bad = next(p for p in params if not is_finite(p))
+            if (
+                not math.isfinite(_total_norm(params))
+                and (bad := _first_nonfinite(params)) is not None
+            ):
                 self._report(bad, f"parameter {self._name(bad)}", bad)
         self._in_optimizer = False
         if self._clock is not None and self._clock() is optimizer:
@@ -232,8 +239,10 @@ class WatchSession:
             self._grad_norm = _total_norm(grads)
             if math.isfinite(self._grad_norm):
                 return
-            bad = next(p for p in params if p.grad is not None and not is_finite(p.grad))
-            self._report(bad.grad, f"the gradient of {self._name(bad)}", bad.grad)
+            bad = _first_nonfinite(grads)
+            if bad is not None:  # else: finite gradients whose norm exceeds float32
+                param = next(p for p in params if p.grad is bad)
+                self._report(bad, f"the gradient of {self._name(param)}", bad)
 
     def _report(self, tensor: torch.Tensor, reached: str, bad: torch.Tensor) -> None:
         """A non-finite value reached a loss, gradient or parameter: say where it was born."""

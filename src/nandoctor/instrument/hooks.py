@@ -116,6 +116,10 @@ class HookSet:
         scaler_class.scale = scale
         self._undo.append(lambda: setattr(scaler_class, "scale", original))
 
+    def add_undo(self, undo: Callable[[], None]) -> None:
+        """Run `undo()` when the hooks are removed (a probe's or a remedy's own patches)."""
+        self._undo.append(undo)
+
     def remove_all(self) -> None:
         while self._undo:
             with contextlib.suppress(Exception):

@@ -141,11 +141,21 @@ def _reinitialize(remedy: dict, session) -> None:
             return
         done.add(id(root))
         for name, module in root.named_modules():
-            if name in wanted and hasattr(module, "reset_parameters"):
+            reset_parameters = _torch_reset_parameters(module)
+            if name in wanted and reset_parameters is not None:
                 with torch.no_grad():
-                    module.reset_parameters()
+                    reset_parameters(module)
 
     session.modules.on_root_forward.insert(0, reset)
+
+
+def _torch_reset_parameters(module):
+    """torch's own `reset_parameters` of the module's class: a user's override may be the very
+    init that was flagged."""
+    for cls in type(module).__mro__:
+        if cls.__module__.startswith("torch.nn") and "reset_parameters" in vars(cls):
+            return vars(cls)["reset_parameters"]
+    return None
 
 
 def _keep_float32(remedy: dict, session) -> None:
@@ -154,14 +164,14 @@ def _keep_float32(remedy: dict, session) -> None:
         for name in ("half", "bfloat16"):
             original = getattr(owner, name)
             setattr(owner, name, _identity_cast(original, owner is torch.nn.Module))
-            session.hooks._undo.append(lambda o=owner, n=name, f=original: setattr(o, n, f))
+            session.hooks.add_undo(lambda o=owner, n=name, f=original: setattr(o, n, f))
     original_init = torch.autocast.__init__
 
     def autocast_init(self, device_type, dtype=None, enabled=True, cache_enabled=None):
         original_init(self, device_type, dtype=dtype, enabled=False, cache_enabled=cache_enabled)
 
     torch.autocast.__init__ = autocast_init
-    session.hooks._undo.append(lambda: setattr(torch.autocast, "__init__", original_init))
+    session.hooks.add_undo(lambda: setattr(torch.autocast, "__init__", original_init))
     original_to = torch.Tensor.to
 
     def to(tensor, *args, **kwargs):
@@ -171,7 +181,7 @@ def _keep_float32(remedy: dict, session) -> None:
         return original_to(tensor, *args, **kwargs)
 
     torch.Tensor.to = to
-    session.hooks._undo.append(lambda: setattr(torch.Tensor, "to", original_to))
+    session.hooks.add_undo(lambda: setattr(torch.Tensor, "to", original_to))
 
 
 def _identity_cast(original, is_module: bool):

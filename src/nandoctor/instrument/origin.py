@@ -1,0 +1,165 @@
+"""Find the line of user code where a sample's NaN/Inf is born, by fetching it again under a
+line tracer.
+
+DataLoader workers run `Dataset.__getitem__` out of sight, and numpy arithmetic never reaches
+torch's dispatcher, so the watched run sees a bad sample only once it is a batch. Fetching that
+one sample again in the main process under `sys.settrace` finds the first line of user code
+after which a variable of its frame (or the value it returns) holds NaN/Inf, whatever made it:
+torch, numpy or plain Python floats. The random-number states are restored afterwards, so the
+script's own random stream is left as it was.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from nandoctor.instrument.frames import SourceLine, is_library_file
+from nandoctor.instrument.tensors import NonfiniteCount, count_nonfinite, is_checked, is_finite
+
+_MAX_ITEMS = 16  # items of a list/dict variable looked into
+_is_user_code: dict = {}
+
+
+@dataclass(frozen=True)
+class Origin:
+    location: SourceLine
+    variable: str  # the variable that turned non-finite, or "the returned value"
+    counts: str  # "nan=16 of 16" where it can be counted
+    kind: str  # what holds it: torch | numpy | python
+
+
+def trace_nonfinite_origin(fetch: Callable[[], object]) -> tuple[Origin | None, bool]:
+    """Call `fetch()` under the tracer: (where a NaN/Inf first appeared or None, whether the
+    fetched value held NaN/Inf at all). Exceptions of `fetch` count as not reproduced."""
+    tracer = _Tracer()
+    states = _random_states()
+    previous = sys.gettrace()
+    sys.settrace(tracer.on_call)
+    try:
+        value = fetch()
+    except Exception:
+        return None, False
+    finally:
+        sys.settrace(previous)
+        _restore_random_states(states)
+    return tracer.found, tracer.found is not None or _holds_nonfinite(value, 0)
+
+
+class _Tracer:
+    def __init__(self) -> None:
+        self.found: Origin | None = None
+
+    def on_call(self, frame, event, arg):
+        if self.found is not None or event != "call" or not _user_code(frame.f_code):
+            return None
+        bad_at_entry = {name for name, value in frame.f_locals.items() if _holds_nonfinite(value)}
+        state = {"line": frame.f_lineno, "bad": bad_at_entry}
+
+        def on_line(frame, event, arg):
+            if self.found is not None:
+                return None
+            if event in ("line", "return"):
+                self._check(frame, state, event, arg)
+                state["line"] = frame.f_lineno
+            return on_line
+
+        return on_line
+
+    def _check(self, frame, state: dict, event: str, arg) -> None:
+        """Variables that turned non-finite were written by the line that ran last."""
+        for name, value in frame.f_locals.items():
+            if name not in state["bad"] and _holds_nonfinite(value):
+                self.found = Origin(_line(frame, state["line"]), name, _counts(value), _kind(value))
+                return
+        if event == "return" and _holds_nonfinite(arg):
+            where = _line(frame, frame.f_lineno)
+            self.found = Origin(where, "the returned value", _counts(arg), _kind(arg))
+
+
+def _user_code(code) -> bool:
+    known = _is_user_code.get(code)
+    if known is None:
+        known = _is_user_code[code] = not is_library_file(os.path.abspath(code.co_filename))
+    return known
+
+
+def _line(frame, line: int) -> SourceLine:
+    code = frame.f_code
+    return SourceLine(os.path.abspath(code.co_filename), line, code.co_name)
+
+
+def _holds_nonfinite(value, depth: int = 0) -> bool:
+    """NaN/Inf in a tensor, a numpy array or scalar, a float, or a small list/tuple/dict of them."""
+    if isinstance(value, torch.Tensor):
+        return is_checked(value) and not is_finite(value)
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if type(value).__module__ == "numpy":
+        return _numpy_nonfinite(value)
+    if depth < 2 and isinstance(value, (list, tuple)):
+        return any(_holds_nonfinite(item, depth + 1) for item in value[:_MAX_ITEMS])
+    if depth < 2 and isinstance(value, dict):
+        items = list(value.values())[:_MAX_ITEMS]
+        return any(_holds_nonfinite(item, depth + 1) for item in items)
+    return False
+
+
+def _numpy_nonfinite(value) -> bool:
+    import numpy
+
+    kind = getattr(getattr(value, "dtype", None), "kind", "")
+    if kind not in ("f", "c"):
+        return False
+    return not bool(numpy.isfinite(value).all())
+
+
+def _kind(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return "torch"
+    return "numpy" if type(value).__module__ == "numpy" else "python"
+
+
+def _counts(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return count_nonfinite(value).describe()
+    if type(value).__module__ == "numpy" and hasattr(value, "size"):
+        import numpy
+
+        array = numpy.asarray(value)
+        return NonfiniteCount(
+            int(numpy.isnan(array).sum()),
+            int(numpy.isposinf(array).sum()) if array.dtype.kind == "f" else 0,
+            int(numpy.isneginf(array).sum()) if array.dtype.kind == "f" else 0,
+            int(array.size),
+        ).describe()
+    if isinstance(value, float):
+        return NonfiniteCount(
+            int(math.isnan(value)), int(value == math.inf), int(value == -math.inf), 1
+        ).describe()
+    return ""
+
+
+def _random_states() -> dict:
+    states = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        states["numpy"] = numpy.random.get_state()
+    return states
+
+
+def _restore_random_states(states: dict) -> None:
+    random.setstate(states["python"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states:
+        torch.cuda.set_rng_state_all(states["cuda"])
+    if "numpy" in states:
+        sys.modules["numpy"].random.set_state(states["numpy"])
