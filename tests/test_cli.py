@@ -125,3 +125,23 @@ def test_explain_unknown_category_lists_the_valid_ones():
     result = run_cli("explain", "gremlins")
     assert result.exit_code == 2
     assert "learning_rate" in result.stderr
+
+
+def test_the_bundled_example_with_the_default_profile(tmp_path):
+    """The README's first command: the whole checklist on examples/train_nan.py."""
+    from conftest import ROOT
+
+    result = run_cli("run", str(ROOT / "examples" / "train_nan.py"), json_path=tmp_path / "r.json")
+    assert result.exit_code == 1
+    report = result.report
+    assert [c["category"] for c in report["causes"]] == ["invalid_operation"]
+    assert report["causes"][0]["verified_fix"] is True
+    assert report["causes"][0]["location"]["line"] == 21
+    assert set(report["stages"]) == {
+        "data_scan",
+        "init_check",
+        "anomaly",
+        "lr_sweep",
+        "device_compare",
+    }
+    assert report["stages"]["lr_sweep"]["status"] == "skipped"

@@ -10,18 +10,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from conftest import line_of
 from nandoctor.instrument.batches import check_class_targets, iter_leaves, summarize
 from nandoctor.instrument.loaders import dataset_index, watch_loader_batches
 from nandoctor.instrument.origin import trace_nonfinite_origin
 
 STAGES = ("--stages", "data_scan,init_check,anomaly")
-
-
-def _line_of(script_name: str, marker: str) -> int:
-    from conftest import SCRIPTS
-
-    lines = (SCRIPTS / script_name).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if marker in line)
 
 
 def _top(result) -> dict:
@@ -52,7 +46,7 @@ def test_nan_made_in_getitem_points_at_the_division(nandoctor):
     assert result.exit_code == 1, result.stdout + result.stderr
     cause = _top(result)
     assert (cause["category"], cause["stage"]) == ("data", "data_scan")
-    assert cause["location"]["line"] == _line_of("data_zero_mask_loader.py", "mask / mask.max()")
+    assert cause["location"]["line"] == line_of("data_zero_mask_loader.py", "mask / mask.max()")
     assert cause["location"]["function"] == "__getitem__"
     index = int(cause["title"].split("dataset index ")[1].rstrip(")"))
     assert index % 23 == 0  # the planted all-zero masks
@@ -69,7 +63,7 @@ def test_hand_indexed_batches_are_located(nandoctor):
     evidence = "\n".join(cause["evidence"])
     assert "feature/channel 4 (dim 1)" in evidence
     assert "`X` (200, 5) holds NaN/Inf in 2 rows (rows 11, 120)" in evidence
-    assert cause["location"]["line"] == _line_of("data_hand_indexed.py", "X = torch.cat")
+    assert cause["location"]["line"] == line_of("data_hand_indexed.py", "X = torch.cat")
 
 
 def test_out_of_range_labels_in_dataclass_batches(nandoctor):
@@ -78,7 +72,7 @@ def test_out_of_range_labels_in_dataclass_batches(nandoctor):
     cause = _top(result)
     assert (cause["category"], cause["stage"]) == ("data", "data_scan")
     assert "outside [0, 10)" in cause["title"]
-    assert cause["location"]["line"] == _line_of("data_label_out_of_range.py", "criterion(model(")
+    assert cause["location"]["line"] == line_of("data_label_out_of_range.py", "criterion(model(")
     evidence = "\n".join(cause["evidence"])
     assert "(batch.label)" in evidence and "dataset indices of those samples" in evidence
     assert "equal to ignore_index=-100 left out" in evidence

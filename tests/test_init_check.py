@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import line_of
 from nandoctor.instrument.weights import (
     activation_record,
     describe_layer,
@@ -25,13 +26,6 @@ from nandoctor.stages.init_check.findings import model_findings
 STAGES = ("--stages", "data_scan,init_check,anomaly")
 
 
-def _line_of(script_name: str, marker: str) -> int:
-    from conftest import SCRIPTS
-
-    lines = (SCRIPTS / script_name).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if marker in line)
-
-
 # ---- end to end -------------------------------------------------------------------------------
 def test_uniform_init_of_a_deep_mlp_is_the_top_cause(nandoctor):
     result = nandoctor("run", "init_uniform_deep_mlp.py", *STAGES)
@@ -40,7 +34,7 @@ def test_uniform_init_of_a_deep_mlp_is_the_top_cause(nandoctor):
     assert (cause["category"], cause["stage"]) == ("initialization", "init_check")
     assert cause["title"].startswith("weights of layers.0..head (17 layers) are ")
     assert "x the PyTorch default scale" in cause["title"]
-    assert cause["location"]["line"] == _line_of("init_uniform_deep_mlp.py", "nn.init.uniform_(p")
+    assert cause["location"]["line"] == line_of("init_uniform_deep_mlp.py", "nn.init.uniform_(p")
     evidence = "\n".join(cause["evidence"])
     assert "layers.0 (Linear 64->64)" in evidence
     assert "first non-finite output at the first forward: layers." in evidence
@@ -56,7 +50,7 @@ def test_reset_parameters_override_is_traced_to_its_line(nandoctor):
     assert cause["title"].startswith("weights of 0..14 (8 layers) are 28x")
     location = cause["location"]
     assert location["function"] == "reset_parameters"
-    assert location["line"] == _line_of("init_reset_parameters.py", "self.weight.data.normal_")
+    assert location["line"] == line_of("init_reset_parameters.py", "self.weight.data.normal_")
     assert "starting loss" in "\n".join(cause["evidence"])
 
 

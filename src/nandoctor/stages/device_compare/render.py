@@ -46,7 +46,7 @@ def render_details(result: StageResult, console: Console) -> None:
         console.print(Text("no op differed beyond tolerance", style="green"))
     else:
         console.print(_first_divergence(first))
-    if details.get("worst_ops"):
+    if first is not None and details.get("worst_ops"):  # all within tolerance: no table to read
         console.print(_worst_table(details["worst_ops"]))
     if details.get("run_comparison"):
         console.print(_loss_table(details["loss_trajectories"], details["run_comparison"]))

@@ -62,7 +62,11 @@ class ModelCheck:
         if self.loss is None:
             return "fine"
         value, expected = self.loss["value"], self.loss["expected"]
-        if not math.isfinite(value) or value > self.settings.loss_factor_error * expected:
+        if not math.isfinite(value):
+            # A NaN/Inf starting loss is the anomaly stage's to explain; the weights' scale
+            # is judged by kappa and activation growth, not by a loss something else broke.
+            return "fine"
+        if value > self.settings.loss_factor_error * expected:
             return "error"
         return "warning" if value > expected + self.settings.loss_margin_warn else "fine"
 
