@@ -46,7 +46,8 @@ def _instrument(options: ChildOptions, events: EventWriter):
     if options.scratch_dir:  # a re-run: what the script writes must not touch the user's files
         from nandoctor.instrument.files import redirect_writes
 
-        redirect_writes(options.scratch_dir)
+        # nandoctor's own folder (events, logs, the other runs) is written as it is
+        redirect_writes(options.scratch_dir, keep=(os.path.dirname(options.events_path),))
     for probe in options.probes:
         _install_probe(probe, session, options)
     if options.remedy:  # verifying a fix by treatment

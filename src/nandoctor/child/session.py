@@ -16,7 +16,7 @@ from nandoctor.instrument.detector import Birth, NonfiniteDetector, StopRun
 from nandoctor.instrument.frames import SourceLine, find_construction_frame, find_user_frame
 from nandoctor.instrument.hooks import HookSet
 from nandoctor.instrument.modules import ModuleTracker
-from nandoctor.instrument.tensors import count_nonfinite, is_checked, is_finite
+from nandoctor.instrument.tensors import count_nonfinite, is_checked, is_finite, iter_tensors
 
 
 def _total_norm(tensors: list[torch.Tensor]) -> float:
@@ -141,8 +141,12 @@ class WatchSession:
         self._stop_if_asked()
         self.backward_call = find_user_frame()
         self.backward_calls += 1
+        if not self.uses_grad_scaler:  # with a scaler, the loss was checked before scaling
+            self._check_loss(tensors)
+
+    def _check_loss(self, tensors) -> None:
         with self.quiet():
-            for t in [tensors] if isinstance(tensors, torch.Tensor) else list(tensors):
+            for t in iter_tensors(tensors):
                 if not is_checked(t):
                     continue
                 if t.numel() == 1:
@@ -182,8 +186,10 @@ class WatchSession:
                 "(compiled kernels can round differently, so a NaN seen only when compiled may "
                 "not reproduce there)"))  # fmt: skip
 
-    def _grad_scaler_used(self) -> None:
+    def _grad_scaler_used(self, outputs) -> None:
         self.uses_grad_scaler = True
+        self._stop_if_asked()
+        self._check_loss(outputs)
 
     def _after_backward(self, tensors) -> None:
         # Scaled gradients may overflow on purpose; the scaler then skips the step, and the

@@ -104,13 +104,14 @@ class HookSet:
         self._undo.append(lambda: setattr(torch, "compile", original))
 
     def grad_scaler_used(self, callback: Callable) -> None:
-        """Call `callback()` when a GradScaler scales a loss: its inf gradients are expected
-        (the scaler skips those steps), so only gradients it lets through are checked."""
+        """Call `callback(outputs)` when a GradScaler scales a loss (before scaling): its inf
+        gradients are expected (the scaler skips those steps), so only gradients it lets
+        through are checked, and the loss that counts is the unscaled one."""
         scaler_class = torch.amp.GradScaler
         original = scaler_class.scale
 
         def scale(scaler, outputs):
-            callback()
+            callback(outputs)
             return original(scaler, outputs)
 
         scaler_class.scale = scale

@@ -1,0 +1,117 @@
+"""lr_sweep stage: re-run the script with every learning rate halved, and halved again, until
+it trains stably; recommend the largest stable multiplier with a safety margin.
+
+Each candidate is a fresh child run of the unmodified script (same seed, its writes sent to a
+scratch folder) whose learning rates are multiplied around each optimizer step by global step
+hooks (`nandoctor.instrument.lr_scaling`), so schedules and per-group ratios keep their shape.
+The verdict rules are in `verdicts`, the search in `search`, parallel runs in `runs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from nandoctor.errors import ConfigError
+from nandoctor.report.model import StageResult
+from nandoctor.stages import StageContext, StageOutcome
+
+NAME = "lr_sweep"
+
+# (setting, lowest, highest, flag that sets it): checked when a profile or config is loaded.
+_BOUNDS = {
+    "halvings": (1, 20, "--halvings"),
+    "jobs": (0, 256, "--jobs"),
+    "max_jobs": (1, 256, None),
+    "max_steps": (1, 1_000_000, "--steps"),
+    "min_steps": (1, 1_000_000, None),
+    "stable_in_a_row": (1, 20, None),
+    "refine_rounds": (0, 10, None),
+    "refine_points": (1, 16, None),
+    "margin": (1e-6, 1.0, None),
+    "margin_refined": (1e-6, 1.0, None),
+    "clip_quantile": (0.0, 1.0, None),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of this stage (the `lr_sweep:` section of a profile)."""
+
+    # ---- budget and search -------------------------------------------------------------------
+    halvings: int = 10  # multipliers 1/2, 1/4, ... down to 1/2**halvings (`--halvings`)
+    jobs: int = 0  # candidates run at once (`--jobs`); 0: one per core, or per accelerator
+    max_jobs: int = 8  # cap on the automatic `jobs`
+    max_steps: int = 200  # longest horizon of a candidate, in optimizer steps (`--steps`)
+    min_steps: int = 20  # shortest horizon, so early failures still get a fair trial
+    horizon_factor: float = 1.5  # horizon = factor x the step the unscaled run failed at ...
+    horizon_margin: int = 5  # ... plus this many steps
+    run_timeout_s: float | None = None  # per candidate (`--timeout`); None: 60 s + 3x the
+    # watched run's time per step x horizon, at most watch.timeout_s
+    stable_in_a_row: int = 2  # halving stops after this many consecutive stable runs
+    insensitive_ratio: float = 1.5  # smallest multiplier failing by this x the unscaled run's
+    # failure step: the learning rate is not the cause
+    refine_rounds: int = 1  # rounds of geometric refinement between stable and failing
+    refine_points: int = 1  # multipliers tried per refinement round
+    refine_ratio: float = 1.2  # no refinement once failing/stable multipliers are this close
+    margin: float = 0.5  # recommended = largest stable multiplier x margin ...
+    margin_refined: float = 0.7071  # ... or x this after refinement with a full horizon
+    verify_recommendation: bool = True  # run the recommended multiplier if not already run
+    # ---- verdicts (see verdicts.py for the rules D1-D3, U1-U4) --------------------------------
+    blowup_factor: float = 4.0  # D2: smoothed loss above this x its best so far ...
+    blowup_min_fraction: float = 0.5  # ... and above this x the initial loss
+    runaway_factor: float = 1.5  # D3: run ends with smoothed loss above this x the initial
+    spike_sigmas: float = 6.0  # U1/U3: a spike exceeds the median by this many robust sigmas
+    spike_ratio: float = 1.25  # U1: ... and this x the median of the steps before it
+    big_spike_ratio: float = 2.0  # U1: one spike this big that does not recover is enough
+    spike_window: int = 32  # U1/U3: steps before a value that define "normal" for it
+    growth_factor: float = 1.25  # U2: rising loss whose last quarter is this x its best
+    grad_growth_factor: float = 10.0  # U3: last-quarter gradient norm this x the first's
+    grad_spikes: int = 3  # U3: this many gradient-norm spikes (6 sigma and 3x the median)
+    scaler_calibration_steps: int = 20  # U4: GradScaler skips before this step are expected
+    scaler_min_skips: int = 2  # U4: more skips than max(this, fraction x steps) ...
+    scaler_skip_fraction: float = 0.02  # ... mean the scaler keeps overflowing
+    stall_progress: float = 0.01  # stable runs whose loss fell by less than this are "stalled"
+    # ---- clip experiment -----------------------------------------------------------------------
+    clip_experiment: bool = True  # re-run a spiky failing multiplier with gradient clipping
+    clip_quantile: float = 0.98  # clip value: this quantile of healthy gradient norms ...
+    clip_min_median: float = 2.0  # ... at least this x their median ...
+    clip_max_median: float = 5.0  # ... at most this x their median, rounded down to 1-2-5
+    clip_min_steps: int = 10  # healthy norms needed to derive a clip value
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            bounds = _BOUNDS.get(item.name)
+            value = getattr(self, item.name)
+            if bounds and not bounds[0] <= value <= bounds[1]:
+                flag = f" ({bounds[2]})" if bounds[2] else ""
+                raise ConfigError(
+                    f"{NAME}.{item.name}{flag} must be between {bounds[0]:g} and "
+                    f"{bounds[1]:g}: got {value}"
+                )
+
+
+def run(context: StageContext) -> StageOutcome:
+    from nandoctor.stages.lr_sweep.sweep import run as run_sweep
+
+    return run_sweep(context)
+
+
+def render_details(result: StageResult, console) -> None:
+    from nandoctor.stages.lr_sweep.render import render_details as render
+
+    render(result, console)
+
+
+def install_probe(session, options) -> None:
+    """In a candidate run: scale every learning rate by this run's multiplier."""
+    from nandoctor.instrument.lr_scaling import LrScaling
+
+    extra = options.extra.get(NAME, {})
+    scaling = LrScaling(
+        session,
+        multiplier=float(extra.get("multiplier", options.lr_multiplier)),
+        clip=extra.get("clip"),
+        stop_file=extra.get("stop_file"),
+    )
+    scaling.install()
+    session.hooks.add_undo(scaling.remove)

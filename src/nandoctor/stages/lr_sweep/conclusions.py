@@ -1,0 +1,287 @@
+"""What the sweep's runs add up to: the stage's JSON details, its summary and its findings."""
+
+from __future__ import annotations
+
+import math
+
+from nandoctor.report.model import Finding, Location
+from nandoctor.stages.lr_sweep.search import CLIP, RunRecord, Search, same
+
+NAME = "lr_sweep"
+LEARNING_RATE, INSENSITIVE, NONE_STABLE, NOT_IMPLICATED = (
+    "learning_rate",
+    "lr_insensitive",
+    "no_stable_multiplier",
+    "not_implicated",
+)
+
+
+def label(multiplier: float) -> str:
+    """1, 1/2, 1/4 ... for the halving grid; 0.35 for anything else."""
+    if multiplier > 0:
+        k = -math.log2(multiplier)
+        if k >= 0 and abs(k - round(k)) < 1e-9:
+            return "1" if round(k) == 0 else f"1/{2 ** round(k)}"
+    return f"{multiplier:.3g}"
+
+
+def number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def peak_lrs(record: RunRecord) -> list[float]:
+    """The largest learning rate each param group got in this run (schedules vary it)."""
+    groups = max((len(lrs) for lrs in record.lrs), default=0)
+    peaks = []
+    for g in range(groups):
+        values = [lrs[g] for lrs in record.lrs if len(lrs) > g and lrs[g] is not None]
+        peaks.append(max(values) if values else None)
+    return peaks
+
+
+def final_loss(record: RunRecord) -> float | None:
+    return next((v for v in reversed(record.losses) if v is not None and math.isfinite(v)), None)
+
+
+def losses(record: RunRecord) -> list[float | None]:
+    """The run's loss per step to 4 significant digits (None where none was seen)."""
+    return [
+        float(f"{v:.4g}") if v is not None and math.isfinite(v) else None for v in record.losses
+    ]
+
+
+def run_row(record: RunRecord) -> dict:
+    verdict = record.verdict
+    peaks = peak_lrs(record)
+    return {
+        "multiplier": record.multiplier,
+        "label": label(record.multiplier),
+        "purpose": record.planned.purpose,
+        "clip": record.planned.clip,
+        "lr": peaks[0] if peaks else None,
+        "lrs": peaks,
+        "steps": record.steps,
+        "first_nonfinite_step": record.nonfinite_step,
+        "final_loss": final_loss(record),
+        "verdict": verdict.verdict,
+        "reason": verdict.reason,
+        "detail": verdict.detail,
+        "failure_step": verdict.failure_step,
+        "pattern": verdict.pattern,
+        "warning": verdict.warning,
+        "duration_s": round(record.duration_s, 2),
+        "losses": losses(record),
+    }
+
+
+def conclusion_of(search: Search) -> str:
+    if search.lr_insensitive():
+        return INSENSITIVE
+    if search.recommended is None:
+        return NONE_STABLE
+    return LEARNING_RATE
+
+
+def dose_response(search: Search) -> float | None:
+    """Slope of log(failure step) against log(multiplier) over the diverged runs: about -1 when
+    the failure comes proportionally later as the learning rate falls, about 0 when it does not
+    move."""
+    points = {
+        r.multiplier: r.verdict.failure_step
+        for r in search.measured()
+        if r.verdict.verdict == "diverged" and r.verdict.failure_step is not None
+    }
+    if len(points) < 2:
+        return None
+    xs = [math.log(m) for m in points]
+    ys = [math.log(step + 1) for step in points.values()]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    return round(slope, 3)
+
+
+def construction(search: Search) -> tuple[list[dict], list[dict]]:
+    """The optimizers and schedulers the script constructed, as the candidate runs saw them."""
+    for record in search.results.values():
+        if record.optimizers:
+            return record.optimizers, record.schedulers
+    return [], []
+
+
+def recommended_lrs(search: Search, optimizers: list[dict]) -> list[dict]:
+    m = search.recommended
+    if m is None:
+        return []
+    return [
+        {
+            "optimizer": opt.get("class_name"),
+            "location": opt.get("location"),
+            "lrs": [None if lr is None else lr * m for lr in opt.get("lrs", [])],
+        }
+        for opt in optimizers
+    ]
+
+
+def details(search: Search, horizon: int, jobs: int) -> dict:
+    optimizers, schedulers = construction(search)
+    stable, failing = search.bracket()
+    runs = [run_row(r) for r in search.measured()]
+    runs += [run_row(r) for r in search.results.values() if r.verdict.verdict == "error"]
+    if search.clip_run is not None:
+        runs.append(run_row(search.clip_run))
+    return {
+        "recommended_lr_multiplier": search.recommended,
+        "verified": search.verified,
+        "conclusion": conclusion_of(search),
+        "horizon": horizon,
+        "horizon_capped": search.horizon_capped,
+        "baseline_failure_step": search.baseline.verdict.failure_step,
+        "jobs": jobs,
+        "bracket": {"stable": stable, "failing": failing},
+        "recommended_lrs": recommended_lrs(search, optimizers),
+        "schedulers": [
+            {"kind": s.get("class_name"), "location": s.get("location")} for s in schedulers
+        ],
+        "dose_response_slope": dose_response(search),
+        "runs": runs,
+        "stopped_early": [{"multiplier": p.multiplier, "steps": n} for p, n in search.stopped],
+    }
+
+
+def summary(search: Search, horizon: int) -> str:
+    base = search.baseline.verdict
+    conclusion = conclusion_of(search)
+    smallest = label(search.grid[-1])
+    if conclusion == INSENSITIVE:
+        low = search.result_at(search.grid[-1]).verdict
+        return (
+            f"not the learning rate: ×1 and ×{smallest} both fail at about the same step "
+            f"({base.failure_step} and {low.failure_step}); a {2 ** len(search.grid)}x smaller "
+            "learning rate did not move the failure"
+        )
+    if conclusion == NONE_STABLE:
+        return f"no multiplier down to ×{smallest} trained stably for {horizon} steps"
+    stable, _ = search.bracket()
+    base_lr = run_row(search.baseline)["lr"]
+    lr = base_lr * search.recommended if base_lr is not None else None
+    check = ", verified stable" if search.verified else ", not verified"
+    return (
+        f"×1 {base.verdict} ({base.detail}); stable at ×{label(stable)} and below; "
+        f"recommended ×{label(search.recommended)} (lr {number(lr)}){check}"
+    )
+
+
+def not_implicated_summary(baseline: RunRecord) -> str:
+    return (
+        f"×1 trained stably for {baseline.steps} steps ({baseline.verdict.detail}): "
+        "the learning rate is not implicated"
+    )
+
+
+def findings(search: Search) -> list[Finding]:
+    found = []
+    if conclusion_of(search) == LEARNING_RATE:
+        found.append(_learning_rate_finding(search))
+    clip = search.clip_run
+    if clip is not None and clip.verdict.verdict == "stable":
+        found.append(_clip_finding(search, clip))
+    return found
+
+
+def _learning_rate_finding(search: Search) -> Finding:
+    base = search.baseline.verdict
+    stable, _ = search.bracket()
+    measured = search.measured()
+    failing = [r for r in measured if r.verdict.failing]
+    calm = [r for r in measured if r.verdict.verdict == "stable"]
+    evidence = [
+        f"×{label(r.multiplier)} (lr {number(run_row(r)['lr'])}): {r.verdict.verdict}, "
+        f"{r.verdict.detail}"
+        for r in failing
+    ]
+    evidence.append(
+        f"stable for {max(r.steps for r in calm)} steps: "
+        + ", ".join(
+            f"×{label(r.multiplier)} (lr {number(run_row(r)['lr'])}, {r.verdict.detail})"
+            for r in calm[:3]
+        )
+        + (f" and {len(calm) - 3} smaller" if len(calm) > 3 else "")
+    )
+    if search.verified:
+        evidence.append(f"the recommended ×{label(search.recommended)} was run: stable")
+    if (slope := dose_response(search)) is not None and slope < -0.3:
+        evidence.append(f"the failure comes later as the learning rate falls (slope {slope:.2g})")
+    non_monotone = any(r.verdict.failing and r.multiplier < stable for r in measured)
+    confidence = (0.9 if base.verdict == "diverged" else 0.75) - (0.15 if non_monotone else 0.0)
+    optimizers, schedulers = construction(search)
+    location = Location.from_dict(optimizers[0].get("location")) if optimizers else None
+    return Finding(
+        stage=NAME,
+        category="learning_rate",
+        title=f"learning rate too high: ×1 {base.verdict}, stable at ×{label(stable)} and below",
+        confidence=confidence,
+        evidence=tuple(evidence),
+        fix=fix_text(search, optimizers, schedulers),
+        location=location,
+        verified_fix=search.verified,
+    )
+
+
+def fix_text(search: Search, optimizers: list[dict], schedulers: list[dict]) -> str:
+    m = search.recommended
+    factor = f"×{label(m)}"
+    if not optimizers:
+        return f"multiply every learning rate of the script by {m:.3g}"
+    parts = []
+    for opt in optimizers:
+        lrs = [lr for lr in opt.get("lrs", []) if lr is not None]
+        if not lrs:
+            continue
+        if len(set(lrs)) == 1:
+            change = f"lr={lrs[0] * m:.3g} ({factor} of {lrs[0]:.3g})"
+        else:
+            new = ", ".join(f"{lr * m:.3g}" for lr in lrs)
+            old = ", ".join(f"{lr:.3g}" for lr in lrs)
+            change = f"per param group lr={new} ({factor} of {old})"
+        parts.append(f"{change} in {opt.get('class_name')}{_at(opt.get('location'))}")
+    text = "lower the learning rate: " + "; ".join(parts)
+    if schedulers:
+        kinds = ", ".join(f"{s.get('class_name')}{_at(s.get('location'))}" for s in schedulers)
+        text += (
+            f"; scale the learning rates the scheduler sets by the same {factor} ({kinds}, "
+            "e.g. a max_lr or base_lr argument)"
+        )
+    return text
+
+
+def _at(location: dict | None) -> str:
+    loc = Location.from_dict(location)
+    return f" at {loc.short()}" if loc else ""
+
+
+def _clip_finding(search: Search, clip: RunRecord) -> Finding:
+    m, value = clip.multiplier, clip.planned.clip
+    before = next(
+        r for r in search.measured() if same(r.multiplier, m) and r.planned.purpose != CLIP
+    )
+    lr = run_row(clip)["lr"]
+    keep = "" if same(m, 1.0) else f", with the learning rate at ×{label(m)} (lr {number(lr)})"
+    return Finding(
+        stage=NAME,
+        category="exploding_gradients",
+        title=f"gradient spikes: ×{label(m)} trains stably once gradients are clipped at {value:g}",
+        confidence=0.7,
+        evidence=(
+            f"×{label(m)} (lr {number(lr)}): {before.verdict.verdict}, {before.verdict.detail}",
+            f"clip value {value:g} from the healthy gradient norms of the run at "
+            f"×{label(search.clip_source)}",
+            f"×{label(m)} with gradients clipped at {value:g}: stable for {clip.steps} steps",
+        ),
+        fix=(
+            "clip gradients before `optimizer.step()`: "
+            f"`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={value:g})`{keep}"
+        ),
+        location=None,
+        verified_fix=True,
+    )

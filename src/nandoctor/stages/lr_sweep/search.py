@@ -1,0 +1,303 @@
+"""Which multipliers to run, which runs to stop, and what the results recommend.
+
+Halving: multipliers 1/2, 1/4, ... 1/2**halvings, in that order except that the smallest goes
+second: if even it fails at about the step the unscaled run failed, the learning rate is not the
+cause and the sweep ends early. Otherwise halving stops at `stable_in_a_row` consecutive stable
+runs; running candidates past that point can no longer change the answer and are stopped.
+Refinement: geometric midpoints between the largest stable multiplier (every smaller one tested
+stable too) and the smallest failing one above it. Recommendation: that stable multiplier times
+a safety margin (1/sqrt 2 when refined and the horizon reached 1.5x the failure, else 1/2),
+then run once to verify it when it was not already run. Clip experiment: a run that failed
+through spikes rather than steady growth is re-run with gradient clipping.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import median
+from typing import TYPE_CHECKING
+
+from nandoctor.stages.lr_sweep.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from nandoctor.stages.lr_sweep import Settings
+
+HALVING, REFINE, VERIFY, CLIP, DONE = "halving", "refine", "verify", "clip", "done"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One candidate: the script with every learning rate times `multiplier`."""
+
+    multiplier: float
+    purpose: str  # watched | halving | refine | verify | clip
+    clip: float | None = None  # max gradient norm, for the clip experiment
+
+    @property
+    def key(self) -> str:
+        clip = f"-clip{self.clip:.6g}" if self.clip is not None else ""
+        return f"m{self.multiplier:.6g}{clip}"
+
+
+@dataclass
+class RunRecord:
+    """What one run showed, as plain values, and its verdict."""
+
+    planned: Planned
+    verdict: Verdict
+    losses: list[float | None] = field(default_factory=list)
+    grad_norms: list[float | None] = field(default_factory=list)
+    lrs: list[list[float | None]] = field(default_factory=list)  # per step, per param group
+    nonfinite_step: int | None = None
+    ended: str = ""
+    duration_s: float = 0.0
+    optimizers: list[dict] = field(default_factory=list)
+    schedulers: list[dict] = field(default_factory=list)
+
+    @property
+    def multiplier(self) -> float:
+        return self.planned.multiplier
+
+    @property
+    def steps(self) -> int:
+        return len(self.losses)
+
+
+def same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9)
+
+
+def round_down(value: float, digits: int = 2) -> float:
+    """`value` rounded down to `digits` significant digits: 0.3536 -> 0.35."""
+    scale = 10 ** (math.floor(math.log10(value)) - digits + 1)
+    return round(math.floor(value / scale + 1e-9) * scale, 12)
+
+
+def round_down_125(value: float) -> float:
+    """The largest 1, 2 or 5 x 10**k not above `value`: a clip value a person would write."""
+    power = 10 ** math.floor(math.log10(value))
+    return max(step * power for step in (1, 2, 5) if step * power <= value * (1 + 1e-9))
+
+
+def clip_value(grad_norms: list[float | None], settings: Settings) -> float | None:
+    """Clip threshold from a healthy gradient-norm history: the `clip_quantile` of the norms,
+    kept between `clip_min_median` and `clip_max_median` times their median."""
+    norms = [g for g in grad_norms if g is not None and math.isfinite(g)]
+    norms = norms[max(2, len(norms) // 20) :]  # the first steps' norms are transiently large
+    if len(norms) < settings.clip_min_steps:
+        return None
+    middle = median(norms)
+    ordered = sorted(norms)
+    quantile = ordered[min(len(ordered) - 1, int(settings.clip_quantile * len(ordered)))]
+    raw = min(max(quantile, settings.clip_min_median * middle), settings.clip_max_median * middle)
+    return round_down_125(raw) if raw > 0 else None
+
+
+class Search:
+    """The sweep's plan; fed finished runs, it says what to start and what to stop."""
+
+    def __init__(self, settings: Settings, baseline: RunRecord, horizon_capped: bool) -> None:
+        self.settings = settings
+        self.baseline = baseline
+        self.horizon_capped = horizon_capped
+        self.grid = [2.0**-k for k in range(1, settings.halvings + 1)]
+        order = [self.grid[0], self.grid[-1], *self.grid[1:-1]] if len(self.grid) > 2 else self.grid
+        self.queue: list[Planned] = [Planned(m, HALVING) for m in order]
+        self.running: dict[str, Planned] = {}
+        self.results: dict[str, RunRecord] = {baseline.planned.key: baseline}
+        self.stopped: list[tuple[Planned, int]] = []  # (run, steps it had done)
+        self.stage = HALVING
+        self.rounds = 0
+        self.recommended: float | None = None
+        self.clip_run: RunRecord | None = None
+        self.clip_source: float | None = None  # the run whose gradient norms set the clip value
+
+    # ---- what the sweep loop asks --------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.stage == DONE and not self.running
+
+    def take(self, free: int) -> list[Planned]:
+        """Up to `free` candidates to start now."""
+        while not self.queue and not self.running and self.stage != DONE:
+            self._next_stage()
+        started = []
+        while self.queue and len(started) < free:
+            planned = self.queue.pop(0)
+            self.running[planned.key] = planned
+            started.append(planned)
+        return started
+
+    def record(self, record: RunRecord) -> None:
+        if self.running.pop(record.planned.key, None) is None:
+            return  # a run that was stopped as no longer needed
+        if record.planned.purpose == CLIP:
+            self.clip_run = record
+            return
+        self.results[record.planned.key] = record
+        if self.stage == HALVING and self._halving_settled():
+            self.queue = [p for p in self.queue if p.purpose != HALVING]
+
+    def doomed(self) -> list[Planned]:
+        """Running candidates that can no longer change the answer."""
+        if self.stage != HALVING:
+            return []
+        cut = len(self.grid) + 1 if not self._halving_settled() else 0
+        streak_end = self._streak_end()
+        if streak_end is not None:
+            cut = min(cut, streak_end + 1)
+        return [p for p in self.running.values() if p.purpose == HALVING and self._index(p) >= cut]
+
+    def forget(self, planned: Planned, steps_done: int) -> None:
+        """A doomed run was stopped: keep it out of the results."""
+        if self.running.pop(planned.key, None) is not None:
+            self.stopped.append((planned, steps_done))
+
+    # ---- conclusions ---------------------------------------------------------------------------
+    def measured(self) -> list[RunRecord]:
+        """Every finished run with a usable verdict, largest multiplier first (clip run apart)."""
+        runs = [r for r in self.results.values() if r.verdict.verdict != "error"]
+        return sorted(runs, key=lambda r: -r.multiplier)
+
+    def bracket(self) -> tuple[float | None, float | None]:
+        """(largest stable multiplier with every smaller tested one stable too, smallest failing
+        multiplier above it)."""
+        stable = None
+        for record in reversed(self.measured()):
+            if record.verdict.failing:
+                break
+            stable = record.multiplier
+        if stable is None:
+            return None, None
+        failing = [r.multiplier for r in self.measured() if r.verdict.failing]
+        above = [m for m in failing if m > stable]
+        return stable, (min(above) if above else None)
+
+    def lr_insensitive(self) -> bool:
+        """The smallest multiplier fails at about the step the unscaled run failed at."""
+        smallest = self.result_at(self.grid[-1])
+        base = self.baseline.verdict.failure_step
+        if smallest is None or not smallest.verdict.failing or base is None:
+            return False
+        step = smallest.verdict.failure_step
+        if step is None:
+            return False
+        return step <= max(self.settings.insensitive_ratio * base, base + 2)
+
+    def result_at(self, multiplier: float) -> RunRecord | None:
+        return next((r for r in self.results.values() if same(r.multiplier, multiplier)), None)
+
+    @property
+    def verified(self) -> bool:
+        if self.recommended is None:
+            return False
+        run = self.result_at(self.recommended)
+        return run is not None and run.verdict.verdict == "stable"
+
+    # ---- stages --------------------------------------------------------------------------------
+    def _index(self, planned: Planned) -> int:
+        return round(-math.log2(planned.multiplier))
+
+    def _grid_result(self, k: int) -> RunRecord | None:
+        return self.result_at(2.0**-k)
+
+    def _streak_end(self) -> int | None:
+        """The first index where `stable_in_a_row` finished, stable halvings in a row end."""
+        streak = 0
+        for k in range(1, len(self.grid) + 1):
+            record = self._grid_result(k)
+            stable = record is not None and record.verdict.verdict == "stable"
+            streak = streak + 1 if stable else 0
+            if streak >= self.settings.stable_in_a_row:
+                return k
+        return None
+
+    def _halving_settled(self) -> bool:
+        end = self._streak_end()
+        if end is not None and all(self._grid_result(k) for k in range(1, end + 1)):
+            return True
+        smallest = self._grid_result(len(self.grid))
+        if smallest is not None and smallest.verdict.failing:
+            return True  # not even the smallest multiplier trains stably
+        return all(self._grid_result(k) for k in range(1, len(self.grid) + 1))
+
+    def _next_stage(self) -> None:
+        """Halving -> refinement rounds -> verification of the recommendation -> clip -> done."""
+        if self.stage == HALVING:
+            self.stage = REFINE
+        if self.stage == REFINE:
+            if not self.lr_insensitive() and self._plan_refinement():
+                return
+            self.stage = VERIFY
+            self._recommend()
+            if self._plan_verification():
+                return
+        elif self.stage == VERIFY and self.recommended is not None and not self.verified:
+            self.recommended = self.bracket()[0]  # the verifying run failed: fall back
+        if self.stage == VERIFY:
+            self.stage = CLIP
+            if self._plan_clip():
+                return
+        self.stage = DONE
+
+    def _plan_refinement(self) -> bool:
+        stable, failing = self.bracket()
+        if stable is None or failing is None or self.rounds >= self.settings.refine_rounds:
+            return False
+        ratio = failing / stable
+        if ratio <= self.settings.refine_ratio:
+            return False
+        self.rounds += 1
+        points = self.settings.refine_points
+        for i in range(1, points + 1):
+            self.queue.append(Planned(stable * ratio ** (i / (points + 1)), REFINE))
+        return True
+
+    def _recommend(self) -> None:
+        stable, failing = self.bracket()
+        if stable is None or self.lr_insensitive():
+            self.recommended = None
+            return
+        refined = self.rounds > 0 and failing is not None and failing / stable < 2 - 1e-9
+        catapult = "catapult" in self.result_at(stable).verdict.warning
+        confident = refined and not self.horizon_capped and not catapult
+        target = stable * (self.settings.margin_refined if confident else self.settings.margin)
+        # A tested multiplier within 0.1% of the target (x1/4 for 0.354 x 0.7071) is the same
+        # advice, already verified.
+        tested = [
+            r.multiplier
+            for r in self.measured()
+            if math.isclose(r.multiplier, target, rel_tol=1e-3)
+        ]
+        self.recommended = tested[0] if tested else round_down(target)
+
+    def _plan_verification(self) -> bool:
+        if not self.settings.verify_recommendation or self.recommended is None:
+            return False
+        if self.result_at(self.recommended) is not None:
+            return False
+        self.queue.append(Planned(self.recommended, VERIFY))
+        return True
+
+    def _plan_clip(self) -> bool:
+        """Re-run the largest multiplier that failed through spikes with gradients clipped at a
+        value taken from healthy gradient norms: those of the recommended (stable) run, else
+        those of the spiky run itself before it failed."""
+        if not self.settings.clip_experiment or self.lr_insensitive():
+            return False
+        spiky = [r for r in self.measured() if r.verdict.failing and r.verdict.pattern == "spike"]
+        if not spiky:
+            return False
+        target = max(spiky, key=lambda r: r.multiplier)
+        reference = self.result_at(self.recommended) if self.recommended is not None else None
+        if reference is not None and reference.verdict.verdict == "stable":
+            norms, self.clip_source = reference.grad_norms, reference.multiplier
+        else:
+            norms = target.grad_norms[: target.verdict.failure_step]
+            self.clip_source = target.multiplier
+        value = clip_value(norms, self.settings)
+        if value is None:
+            return False
+        self.queue.append(Planned(target.multiplier, CLIP, clip=value))
+        return True

@@ -1,0 +1,215 @@
+"""The sweep: gate on the watched run, horizon, candidates in parallel, then conclusions."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass
+
+from nandoctor.child.options import ChildOptions
+from nandoctor.report.model import StageResult
+from nandoctor.runner import RunOutcome
+from nandoctor.stages import StageContext, StageOutcome
+from nandoctor.stages.lr_sweep import conclusions
+from nandoctor.stages.lr_sweep.conclusions import label
+from nandoctor.stages.lr_sweep.runs import (
+    DISCARD_GRACE_S,
+    EVENT,
+    Pool,
+    record_from,
+    run_error,
+)
+from nandoctor.stages.lr_sweep.search import Planned, RunRecord, Search
+from nandoctor.stages.lr_sweep.verdicts import blew_up
+
+NAME = "lr_sweep"
+_STARTUP_S = 60.0  # allowance for interpreter, torch import and data set-up in each run
+
+
+@dataclass(frozen=True)
+class Plan:
+    horizon: int
+    horizon_capped: bool
+    jobs: int
+    threads: int
+    devices: list[str]
+    timeout_s: float
+    workdir: str
+
+
+def skip_reason(watch: RunOutcome, timeout_s: float) -> str | None:
+    """Why the learning rate cannot be the cause, or why there is nothing to sweep against."""
+    event = watch.nonfinite
+    if event is not None:
+        birth = event.get("birth") or {}
+        step = birth.get("step", event.get("step"))
+        phase = birth.get("phase", event.get("phase"))
+        into_parameter = str(event.get("reached", "")).startswith("parameter")
+        if step == 0 and phase != "optimizer" and not into_parameter:
+            return (
+                f"the first NaN/Inf appeared at step 0 in the {phase} phase{_where(birth)}, "
+                "before any optimizer update: the learning rate cannot be the cause"
+            )
+        if birth.get("inputs_nonfinite"):
+            return (
+                f"the NaN/Inf entered torch already non-finite (from the data) at step {step}"
+                f"{_where(birth)}: the learning rate cannot be the cause"
+            )
+        return None
+    if not watch.steps:
+        return "no optimizer step was observed (no torch.optim optimizer stepped): nothing to scale"
+    if error := run_error(watch, timeout_s):
+        return f"the watched run gave no usable history ({error})"
+    return None
+
+
+def _where(birth: dict) -> str:
+    location = birth.get("location") or {}
+    if not birth.get("op"):
+        return ""
+    where = f" at {os.path.basename(location['file'])}:{location['line']}" if location else ""
+    return f" ({birth['op']}{where})"
+
+
+def choose_plan(context: StageContext, baseline: RunRecord) -> Plan:
+    settings = context.config.lr_sweep
+    failed_at = baseline.verdict.failure_step
+    if failed_at is None:
+        wanted = baseline.steps
+    else:
+        wanted = math.ceil(settings.horizon_factor * failed_at) + settings.horizon_margin
+    wanted = max(wanted, settings.min_steps)
+    horizon = min(wanted, settings.max_steps)
+    cores = os.cpu_count() or 1
+    cuda = (context.watch.first("start") or {}).get("cuda")
+    devices = visible_accelerators() if cuda else []
+    jobs = settings.jobs or (len(devices) if devices else max(1, min(cores, settings.max_jobs)))
+    per_step = context.watch.duration_s / max(1, len(context.watch.steps))
+    derived = min(context.config.watch.timeout_s, _STARTUP_S + 3 * horizon * per_step)
+    workdir = os.path.join(context.workdir, NAME)
+    os.makedirs(workdir, exist_ok=True)
+    return Plan(
+        horizon=horizon,
+        horizon_capped=wanted > settings.max_steps,
+        jobs=jobs,
+        threads=context.config.watch.threads or max(1, cores // jobs),
+        devices=devices,
+        timeout_s=settings.run_timeout_s or derived,
+        workdir=workdir,
+    )
+
+
+def visible_accelerators() -> list[str]:
+    """CUDA device ids a child may be pinned to, read without importing torch."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"]
+    try:
+        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+    except OSError:
+        return []
+
+
+def candidate_options(context: StageContext, plan: Plan, planned: Planned) -> ChildOptions:
+    """A fresh run of the unmodified script: same seed, step-level checks only, every learning
+    rate times the multiplier, and its writes kept away from the user's files."""
+    target = context.target
+    return ChildOptions(
+        script=target.script,
+        args=list(target.args),
+        events_path="",
+        max_steps=plan.horizon,
+        seed=context.config.watch.seed,
+        threads=plan.threads,
+        detect=False,
+        probes=[NAME],
+        lr_multiplier=planned.multiplier,
+        scratch_dir=_scratch(plan, planned),
+        extra={NAME: {"multiplier": planned.multiplier, "clip": planned.clip}},
+    )
+
+
+def _scratch(plan: Plan, planned: Planned) -> str:
+    return os.path.join(plan.workdir, f"{planned.key}.scratch")
+
+
+def run(context: StageContext) -> StageOutcome:
+    settings = context.config.lr_sweep
+    reason = skip_reason(context.watch, context.config.watch.timeout_s)
+    if reason:
+        return StageOutcome(StageResult("skipped", reason))
+    watched = Planned(1.0, "watched")
+    steps = len(context.watch.steps)
+    baseline = record_from(watched, context.watch, settings, max(steps, 1))
+    if baseline.verdict.verdict == "stable":
+        details = {
+            "recommended_lr_multiplier": 1.0,
+            "conclusion": conclusions.NOT_IMPLICATED,
+            "horizon": steps,
+            "runs": [conclusions.run_row(baseline)],
+        }
+        summary = conclusions.not_implicated_summary(baseline)
+        return StageOutcome(StageResult("ran", summary, details=details))
+    plan = choose_plan(context, baseline)
+    search = Search(settings, baseline, plan.horizon_capped)
+    run_search(context, search, plan)
+    result = StageResult(
+        "ran",
+        conclusions.summary(search, plan.horizon),
+        details=conclusions.details(search, plan.horizon, plan.jobs),
+    )
+    return StageOutcome(result, conclusions.findings(search))
+
+
+def run_search(context: StageContext, search: Search, plan: Plan) -> None:
+    """Start candidates as slots free up, stop the ones that blew up or no longer matter."""
+    settings = context.config.lr_sweep
+    pool = Pool(plan.workdir, plan.jobs, plan.timeout_s, plan.devices)
+    started: dict[str, Planned] = {}
+    asked_to_stop: set[str] = set()
+    try:
+        while not search.done:
+            for planned in search.take(pool.free):
+                started[planned.key] = planned
+                pool.start(planned, candidate_options(context, plan, planned))
+            for planned in search.doomed():
+                active = pool.active.get(planned.key)
+                pool.stop(planned.key, DISCARD_GRACE_S)
+                search.forget(planned, active.steps if active else 0)
+            item = pool.next_item(timeout=0.5)
+            if item is None:
+                continue
+            kind, key, payload = item
+            if kind == EVENT:
+                active = pool.active.get(key)
+                if payload.get("event") == "step" and active and key not in asked_to_stop:
+                    if blew_up(active.losses, settings, plan.horizon):
+                        pool.stop(key)  # diverged already: no need to run out the horizon
+                        asked_to_stop.add(key)
+                    _progress(context, search, pool, plan)
+                continue
+            planned = started[key]
+            shutil.rmtree(_scratch(plan, planned), ignore_errors=True)
+            if key not in search.running:
+                continue  # stopped as no longer needed
+            search.record(record_from(planned, payload, settings, plan.horizon,
+                                      timeout_s=plan.timeout_s,
+                                      stopped_by_sweep=key in asked_to_stop))  # fmt: skip
+            _progress(context, search, pool, plan)
+    finally:
+        pool.shutdown()
+        for planned in started.values():
+            shutil.rmtree(_scratch(plan, planned), ignore_errors=True)
+
+
+def _progress(context: StageContext, search: Search, pool: Pool, plan: Plan) -> None:
+    done = len(search.results) - 1 + (search.clip_run is not None)
+    going = " · ".join(
+        f"×{label(run.planned.multiplier)} step {run.steps}/{plan.horizon}"
+        for run in pool.active.values()
+        if run.stop_requested_at is None
+    )
+    context.progress(
+        f"lr_sweep: {done} run{'s' if done != 1 else ''} done" + (f" · {going}" if going else "")
+    )

@@ -1,0 +1,294 @@
+"""Verdict of one run from its loss and gradient-norm history: diverged, unstable or stable.
+
+Rules (thresholds in `Settings`, defaults in parentheses). The loss is smoothed with a
+bias-corrected EMA whose memory scales with the horizon H; the initial loss is the median of
+the first k0 = min(5, H/10) losses, or the very first loss (taken before any update) if lower.
+- D1 diverged: a NaN/Inf reached the loss, a gradient or a parameter.
+- D2 diverged: the smoothed loss rose above `blowup_factor` (4) x its best so far, and above
+  `blowup_min_fraction` (0.5) x the initial loss (a bounce near zero is not a blow-up).
+- D3 diverged: the run ended with the smoothed loss above `runaway_factor` (1.5) x the initial.
+- U1 unstable: in the first max(3, H/10) steps, a jump above `big_spike_ratio` (2) x the first
+  loss that never came back below it; later, two loss spikes (above the level of the previous
+  steps by `spike_sigmas` (6) robust sigmas of their step-to-step changes, and by
+  `spike_ratio` (1.25) x), or one spike of `big_spike_ratio` x that did not recover within
+  max(10, H/10) steps. An early rise that ends below the first loss is the catapult phase:
+  stable, with a warning.
+- U2 unstable: the loss grows over the second half (Theil-Sen slope > 0) and its last quarter
+  sits above `growth_factor` (1.25) x the best smoothed loss.
+- U3 unstable: the gradient norm of the last quarter is `grad_growth_factor` (10) x that of the
+  first quarter, or `grad_spikes` (3) gradient-norm spikes (6 sigmas and 3x the level).
+- U4 unstable: a GradScaler skipped more than max(`scaler_min_skips`, `scaler_skip_fraction`
+  x steps) steps after `scaler_calibration_steps`, or its scale fell below 1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import median
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nandoctor.stages.lr_sweep import Settings
+
+_MAD_TO_SIGMA = 1.4826
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str  # diverged | unstable | stable | error
+    reason: str  # D1..D3, U1..U4; "" when stable; "error"
+    detail: str  # one phrase for the table and the evidence
+    failure_step: int | None = None  # the step the rule fired at
+    pattern: str | None = None  # failing runs: "spike" (sudden) or "growth" (steady)
+    warning: str = ""  # stable runs: the catapult phase, or a stalled loss
+
+    @property
+    def failing(self) -> bool:
+        return self.verdict in ("diverged", "unstable")
+
+
+def ema(values: list[float], beta: float) -> list[float]:
+    """Bias-corrected exponential moving average (as in the LR range tests of fastai/Lightning)."""
+    out, average = [], 0.0
+    for t, value in enumerate(values, 1):
+        average = beta * average + (1 - beta) * value
+        out.append(average / (1 - beta**t))
+    return out
+
+
+def robust_sigma(values: list[float]) -> float:
+    center = median(values)
+    return _MAD_TO_SIGMA * median(abs(v - center) for v in values)
+
+
+def theil_sen(values: list[float]) -> float:
+    """Median of the pairwise slopes: a trend that one outlier cannot fake."""
+    slopes = [
+        (values[j] - values[i]) / (j - i)
+        for i in range(len(values))
+        for j in range(i + 1, len(values))
+    ]
+    return median(slopes) if slopes else 0.0
+
+
+def spike_steps(
+    values: list[float], sigmas: float, ratio: float, window: int
+) -> list[tuple[int, float]]:
+    """(step, level before it) of each value that jumps above its recent level by `sigmas`
+    robust sigmas of the step-to-step changes (a trend is not noise) and by `ratio` x."""
+    found = []
+    for t in range(8, len(values)):
+        before = values[max(0, t - window) : t]
+        level = median(before[-5:])
+        noise = robust_sigma([b - a for a, b in zip(before, before[1:], strict=False)])
+        if values[t] > level + sigmas * noise and values[t] > ratio * abs(level):
+            found.append((t, level))
+    return found
+
+
+def failure_pattern(grad_norms: list[float | None]) -> str | None:
+    """How the gradient norm behaved up to a failure: "growth" when it kept growing, "spike"
+    when a steady history ended in a sudden jump, None when neither (or too short to tell)."""
+    g = [x for x in grad_norms if x is not None and math.isfinite(x)]
+    if len(g) < 6:
+        return None
+    history = g[:-1]
+    quarter = max(2, len(history) // 4)
+    if median(history[-quarter:]) >= 3 * median(history[:quarter]):
+        return "growth"
+    center = median(history)
+    jumped = g[-1] > 3 * center and g[-1] > center + 6 * robust_sigma(history)
+    return "spike" if jumped else None
+
+
+def classify(
+    losses: list[float | None],
+    grad_norms: list[float | None],
+    settings: Settings,
+    *,
+    horizon: int,
+    nonfinite_step: int | None = None,
+    skipped_steps: int = 0,
+    min_scale: float | None = None,
+) -> Verdict:
+    """The verdict of one (possibly partial) run; every rule is documented in the module."""
+    if nonfinite_step is not None:
+        detail = f"NaN/Inf at step {nonfinite_step}"
+        return Verdict("diverged", "D1", detail, nonfinite_step, failure_pattern(grad_norms))
+    values = [v for v in losses if v is not None]
+    bad = next((t for t, v in enumerate(values) if not math.isfinite(v)), None)
+    if bad is not None:
+        return Verdict("diverged", "D1", f"NaN/Inf at step {bad}", bad, "growth")
+    grads = [g for g in grad_norms if g is not None and math.isfinite(g)]
+    if not values and not grads:
+        return Verdict("error", "error", "no optimizer step completed")
+    for rule in (_blow_up, _runaway, _early_rise, _spikes, _growth):
+        verdict = rule(values, grads, settings, horizon)
+        if verdict is not None:
+            return verdict
+    verdict = _gradient_rules(grads, settings) or _scaler_rules(
+        len(values), skipped_steps, min_scale, settings
+    )
+    if verdict is not None:
+        return verdict
+    return Verdict(
+        "stable", "", _stable_detail(values), warning=_warning(values, settings, horizon)
+    )
+
+
+def _start(values: list[float], horizon: int) -> tuple[int, float]:
+    """k0, and the initial loss: the median of the first k0 steps, or the very first loss
+    (taken before any update, so the same in every run) when a large step already pushed the
+    others up."""
+    k0 = max(1, min(5, math.ceil(horizon / 10)))
+    return k0, min(values[0], median(values[:k0]))
+
+
+def _smooth(values: list[float], horizon: int) -> list[float]:
+    beta = min(0.98, max(0.8, 1 - 10 / max(horizon, 1)))
+    return ema(values, beta)
+
+
+def _blow_up(values, grads, settings, horizon) -> Verdict | None:
+    if len(values) < 2:
+        return None
+    k0, initial = _start(values, horizon)
+    smooth = _smooth(values, horizon)
+    nonneg = min(values) >= 0
+    sigma = robust_sigma([b - a for a, b in zip(values, values[1:], strict=False)]) or 0.0
+    best = math.inf
+    for t in range(k0, len(smooth)):
+        best = min(best, smooth[t])
+        if nonneg:
+            blown = (
+                smooth[t] > settings.blowup_factor * best
+                and smooth[t] > settings.blowup_min_fraction * initial
+            )
+        else:
+            blown = smooth[t] - best > 3 * max(initial - best, 10 * sigma, 1e-12)
+        if blown:
+            ratio = f"{smooth[t] / best:.3g}x its best" if best > 0 else "far above its best"
+            return Verdict("diverged", "D2", f"smoothed loss {ratio} at step {t}", t,
+                           failure_pattern(grads[: t + 1]))  # fmt: skip
+    return None
+
+
+def _runaway(values, grads, settings, horizon) -> Verdict | None:
+    if not values:
+        return None
+    k0, initial = _start(values, horizon)
+    if len(values) < 2 * k0 + 2 or min(values) < 0:
+        return None
+    smooth = _smooth(values, horizon)
+    if smooth[-1] <= settings.runaway_factor * initial:
+        return None
+    t = len(smooth) - 1
+    while t > 0 and smooth[t - 1] > settings.runaway_factor * initial:
+        t -= 1
+    detail = f"loss ended {smooth[-1] / initial:.3g}x above where it started"
+    return Verdict("diverged", "D3", detail, t, failure_pattern(grads))
+
+
+def _early_rise(values, grads, settings, horizon) -> Verdict | None:
+    """U1 for the first steps, before the spike rule has a history: the loss jumped above
+    `big_spike_ratio` x its first value and never came back below that first value."""
+    if len(values) < 3 or values[0] <= 0:
+        return None
+    early = max(3, len(values) // 10)
+    peak_at = max(range(1, min(early, len(values))), key=lambda t: values[t])
+    if values[peak_at] <= settings.big_spike_ratio * values[0]:
+        return None
+    if _smooth(values, horizon)[-1] < values[0]:
+        return None  # it recovered: `_warning` notes the early rise
+    detail = (
+        f"loss jumped to {values[peak_at] / values[0]:.3g}x its start at step {peak_at} "
+        "and never came back below it"
+    )
+    return Verdict("unstable", "U1", detail, peak_at, "spike")
+
+
+def _spikes(values, grads, settings, horizon) -> Verdict | None:
+    found = spike_steps(values, settings.spike_sigmas, settings.spike_ratio, settings.spike_window)
+    if not found:
+        return None
+    smooth = _smooth(values, horizon)
+    recovery = max(10, horizon // 10)
+    unrecovered = []
+    for t, level in found:
+        after = smooth[t + 1 : t + 1 + recovery]
+        judged = len(after) >= min(recovery, 3)  # a spike at the very end cannot be judged
+        big = values[t] >= settings.big_spike_ratio * abs(level)
+        if big and judged and not any(s < level for s in after):
+            unrecovered.append(t)
+    if len(found) < 2 and not unrecovered:
+        return None
+    t = unrecovered[0] if unrecovered else found[1][0]
+    what = "a loss spike that did not recover" if unrecovered else f"{len(found)} loss spikes"
+    return Verdict("unstable", "U1", f"{what} (step {t})", t, "spike")
+
+
+def _growth(values, grads, settings, horizon) -> Verdict | None:
+    if len(values) < 8:
+        return None
+    k0, _ = _start(values, horizon)
+    smooth = _smooth(values, horizon)
+    half, quarter = len(values) // 2, max(2, len(values) // 4)
+    best = min(smooth[k0:])
+    late = median(values[-quarter:])
+    if theil_sen(smooth[half:]) > 0 and late > settings.growth_factor * best:
+        detail = f"loss grew to {late / best:.3g}x its best without recovering"
+        return Verdict("unstable", "U2", detail, len(values) - quarter, "growth")
+    return None
+
+
+def _gradient_rules(grads: list[float], settings: Settings) -> Verdict | None:
+    if len(grads) < 8:
+        return None
+    quarter = max(2, len(grads) // 4)
+    early, late = median(grads[1 : quarter + 1]), median(grads[-quarter:])
+    if early > 0 and late > settings.grad_growth_factor * early:
+        detail = f"gradient norm grew {late / early:.3g}x"
+        return Verdict("unstable", "U3", detail, len(grads) - quarter, "growth")
+    found = spike_steps(grads, settings.spike_sigmas, 3.0, settings.spike_window)
+    if len(found) >= settings.grad_spikes:
+        detail = f"{len(found)} gradient-norm spikes"
+        return Verdict("unstable", "U3", detail, found[settings.grad_spikes - 1][0], "spike")
+    return None
+
+
+def _scaler_rules(steps: int, skipped: int, min_scale, settings: Settings) -> Verdict | None:
+    if steps <= settings.scaler_calibration_steps:
+        return None
+    if skipped > max(settings.scaler_min_skips, settings.scaler_skip_fraction * steps):
+        return Verdict("unstable", "U4", f"GradScaler skipped {skipped} steps", None, "spike")
+    if min_scale is not None and min_scale < 1:
+        return Verdict("unstable", "U4", f"GradScaler scale fell to {min_scale:.3g}", None, "spike")
+    return None
+
+
+def _stable_detail(values: list[float]) -> str:
+    if not values:
+        return "finite throughout"
+    return f"loss {values[0]:.3g} -> {values[-1]:.3g}"
+
+
+def _warning(values: list[float], settings: Settings, horizon: int) -> str:
+    if len(values) < 4:
+        return ""
+    _, initial = _start(values, horizon)
+    smooth = _smooth(values, horizon)
+    early = max(3, len(values) // 10)
+    if max(values[1:early]) > settings.spike_ratio * values[0] and smooth[-1] < values[0]:
+        return "early rise that recovered (catapult phase)"
+    if initial and (initial - smooth[-1]) / abs(initial) < settings.stall_progress:
+        return "loss barely moved (stalled)"
+    return ""
+
+
+def blew_up(losses: list[float | None], settings: Settings, horizon: int) -> bool:
+    """D1 or D2 on a partial history: the run has diverged and need not go on."""
+    values = [v for v in losses if v is not None]
+    if any(not math.isfinite(v) for v in values):
+        return True
+    return _blow_up(values, [], settings, horizon) is not None

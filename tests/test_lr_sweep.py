@@ -1,0 +1,477 @@
+"""The learning-rate sweep: verdict rules and search on synthetic histories, the multiplier and
+write redirection inside real child runs, and `nandoctor sweep-lr` end to end."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from conftest import SCRIPTS
+from nandoctor.child.options import ChildOptions
+from nandoctor.config import load_config
+from nandoctor.errors import ConfigError
+from nandoctor.runner import run_child
+from nandoctor.stages.lr_sweep import Settings
+from nandoctor.stages.lr_sweep.render import render_details, sparkline
+from nandoctor.stages.lr_sweep.search import (
+    Planned,
+    RunRecord,
+    Search,
+    clip_value,
+    round_down,
+    round_down_125,
+)
+from nandoctor.stages.lr_sweep.verdicts import Verdict, classify, failure_pattern
+
+SETTINGS = Settings()
+SWEEP = ("--jobs", "2", "--halvings", "6")
+
+
+def _line_of(script: str, marker: str) -> int:
+    lines = (SCRIPTS / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if marker in line)
+
+
+def _verdict(losses, grads=None, horizon=None, **kwargs) -> Verdict:
+    grads = grads if grads is not None else [1.0] * len(losses)
+    return classify(losses, grads, SETTINGS, horizon=horizon or len(losses), **kwargs)
+
+
+# ---- verdict rules ------------------------------------------------------------------------------
+def test_a_noisy_but_converging_loss_is_stable():
+    for seed in range(20):
+        rng = random.Random(seed)
+        losses = [(2.0 * math.exp(-t / 10) + 0.5) * (1 + 0.2 * rng.gauss(0, 1)) for t in range(60)]
+        grads = [1 + 0.3 * abs(rng.gauss(0, 1)) for _ in range(60)]
+        assert _verdict(losses, grads).verdict == "stable", seed
+
+
+def test_a_noisy_plateau_is_stable_and_flagged_stalled():
+    rng = random.Random(0)
+    verdict = _verdict([1.0 + 0.05 * rng.gauss(0, 1) for _ in range(40)])
+    assert verdict.verdict == "stable"
+    assert "stalled" in verdict.warning
+
+
+def test_a_nonfinite_value_is_d1():
+    verdict = _verdict([1.0, 0.9, 0.8], nonfinite_step=3)
+    assert (verdict.verdict, verdict.reason, verdict.failure_step) == ("diverged", "D1", 3)
+
+
+def test_a_loss_far_above_its_best_is_d2():
+    losses = [5.0 * 0.8**t for t in range(10)] + [5.0 * 1.9**t for t in range(10)]
+    verdict = _verdict(losses, horizon=20)
+    assert (verdict.verdict, verdict.reason) == ("diverged", "D2")
+
+
+def test_a_bounce_near_zero_is_not_a_blow_up():
+    losses = [5.0 * 0.5**t for t in range(15)] + [0.01] * 5
+    assert _verdict(losses).verdict == "stable"
+
+
+def test_ending_above_the_start_is_d3():
+    losses = [1.0] * 5 + [1.0 + 0.06 * t for t in range(15)]
+    verdict = _verdict(losses)
+    assert (verdict.verdict, verdict.reason) == ("diverged", "D3")
+
+
+def test_repeated_loss_spikes_are_u1():
+    losses = [1.0 / (1 + 0.05 * t) for t in range(40)]
+    losses[15] *= 1.6
+    losses[30] *= 1.6
+    verdict = _verdict(losses)
+    assert (verdict.verdict, verdict.reason, verdict.pattern) == ("unstable", "U1", "spike")
+
+
+def test_a_single_spike_that_recovers_is_stable():
+    losses = [1.0 / (1 + 0.05 * t) for t in range(40)]
+    losses[15] *= 1.6
+    assert _verdict(losses).verdict == "stable"
+
+
+def test_an_early_rise_that_recovers_is_the_catapult_phase():
+    losses = [1.0, 1.2, 1.6, 1.3, 1.0, 0.8] + [0.8 / (1 + 0.1 * t) for t in range(24)]
+    verdict = _verdict(losses)
+    assert verdict.verdict == "stable"
+    assert "catapult" in verdict.warning
+
+
+def test_an_early_jump_that_never_comes_back_is_u1():
+    verdict = _verdict([14.4, 900.0, 300.0] + [18.0] * 40)
+    assert (verdict.verdict, verdict.reason, verdict.failure_step) == ("unstable", "U1", 1)
+    recovered = _verdict([14.4, 900.0, 300.0] + [10.0 / (1 + 0.1 * t) for t in range(40)])
+    assert recovered.verdict == "stable" and "catapult" in recovered.warning
+
+
+def test_a_loss_that_creeps_up_is_u2():
+    losses = [1.0 / (1 + 0.2 * t) for t in range(20)] + [0.2 * 1.05**t for t in range(20)]
+    verdict = _verdict(losses)
+    assert (verdict.verdict, verdict.reason) == ("unstable", "U2")
+
+
+def test_a_gradient_norm_growing_by_orders_of_magnitude_is_u3():
+    losses = [1.0 / (1 + 0.05 * t) for t in range(40)]
+    grads = [1.2**t for t in range(40)]
+    verdict = _verdict(losses, grads)
+    assert (verdict.verdict, verdict.reason) == ("unstable", "U3")
+
+
+def test_a_grad_scaler_that_keeps_skipping_is_u4():
+    losses = [1.0 / (1 + 0.05 * t) for t in range(40)]
+    assert _verdict(losses, skipped_steps=5).reason == "U4"
+    assert _verdict(losses, min_scale=0.5).reason == "U4"
+    assert _verdict(losses, skipped_steps=1).verdict == "stable"
+
+
+# ---- search -------------------------------------------------------------------------------------
+def _record(multiplier: float, purpose: str, verdict: Verdict, clip=None, grads=None) -> RunRecord:
+    return RunRecord(Planned(multiplier, purpose, clip), verdict, losses=[1.0] * 20,
+                     grad_norms=grads or [1.0] * 20)  # fmt: skip
+
+
+def _simulate(oracle, jobs: int, settings: Settings = SETTINGS) -> Search:
+    """Drive a Search with `oracle(planned) -> Verdict`, `jobs` runs at a time, finishing the
+    oldest running candidate first."""
+    search = Search(settings, _record(1.0, "watched", oracle(Planned(1.0, "watched"))), False)
+    running: list[Planned] = []
+    while not search.done:
+        running += search.take(jobs - len(running))
+        for planned in search.doomed():
+            running.remove(planned)
+            search.forget(planned, 0)
+        if running:
+            planned = running.pop(0)
+            search.record(_record(planned.multiplier, planned.purpose, oracle(planned),
+                                  planned.clip))  # fmt: skip
+    return search
+
+
+def _threshold_oracle(boundary: float):
+    def oracle(planned: Planned) -> Verdict:
+        if planned.multiplier <= boundary:
+            return Verdict("stable", "", "ok")
+        return Verdict("diverged", "D1", "nan", failure_step=round(5 / planned.multiplier))
+
+    return oracle
+
+
+@pytest.mark.parametrize("boundary", [0.9, 0.3, 0.05, 0.004])
+@pytest.mark.parametrize("jobs", [1, 2, 4])
+def test_the_recommendation_is_stable_and_close_to_the_boundary(boundary, jobs):
+    search = _simulate(_threshold_oracle(boundary), jobs)
+    assert search.recommended is not None
+    assert boundary / 8 <= search.recommended <= boundary
+    assert search.verified
+    assert not search.lr_insensitive()
+
+
+def test_halving_stops_after_two_stable_runs_in_a_row():
+    search = _simulate(_threshold_oracle(0.3), jobs=1)
+    halvings = sorted(
+        r.multiplier for r in search.results.values() if r.planned.purpose == "halving"
+    )
+    assert halvings == [2**-10, 0.125, 0.25, 0.5]  # x1/1024 is the early "not the lr" check
+
+
+def test_candidates_past_the_answer_are_stopped():
+    search = _simulate(_threshold_oracle(0.3), jobs=4)
+    stopped = {p.multiplier for p, _ in search.stopped}
+    finished = {r.multiplier for r in search.results.values()}
+    assert not stopped & finished
+    assert all(m < 0.125 for m in stopped)
+
+
+def test_a_failure_at_the_same_step_for_every_multiplier_is_not_the_lr():
+    def oracle(planned):
+        return Verdict("diverged", "D1", "nan", failure_step=6)
+
+    search = _simulate(oracle, jobs=2)
+    assert search.lr_insensitive()
+    assert search.recommended is None
+    assert len(search.results) == 3  # x1, x1/2 and x1/1024 were enough to tell
+
+
+def test_a_spiky_failure_gets_the_clip_experiment():
+    def oracle(planned):
+        if planned.clip is not None or planned.multiplier <= 0.3:
+            return Verdict("stable", "", "ok")
+        return Verdict("unstable", "U1", "2 loss spikes", failure_step=12, pattern="spike")
+
+    search = _simulate(oracle, jobs=2)
+    assert search.clip_run is not None
+    assert search.clip_run.multiplier == 1.0
+    assert search.clip_run.verdict.verdict == "stable"
+
+
+def test_clip_and_rounding_helpers():
+    assert round_down(0.35355) == 0.35
+    assert round_down(0.125) == 0.12
+    assert round_down_125(7.3) == 5 and round_down_125(0.27) == 0.2 and round_down_125(1.0) == 1
+    norms = [1.0 + 0.01 * (t % 7) for t in range(40)]
+    assert clip_value(norms, SETTINGS) == 2  # max(q98, 2 x median) rounded down to 1-2-5
+    assert clip_value(norms[:5], SETTINGS) is None
+
+
+def test_settings_are_checked_with_the_flag_named():
+    with pytest.raises(
+        ConfigError, match=r"lr_sweep.halvings \(--halvings\) must be between 1 and 20: got 0"
+    ):
+        load_config(overrides={"lr_sweep": {"halvings": 0}})
+
+
+# ---- rendering ----------------------------------------------------------------------------------
+def test_the_table_shows_a_curve_per_run_and_the_answer():
+    from nandoctor.report.model import StageResult
+
+    details = {
+        "horizon": 20,
+        "jobs": 2,
+        "conclusion": "learning_rate",
+        "recommended_lr_multiplier": 0.25,
+        "verified": True,
+        "recommended_lrs": [{"optimizer": "SGD", "location": None, "lrs": [0.2]}],
+        "runs": [
+            {"multiplier": 1.0, "label": "1", "purpose": "watched", "lr": 0.8, "steps": 5,
+             "first_nonfinite_step": 5, "final_loss": 7e13, "verdict": "diverged",
+             "detail": "NaN/Inf at step 5", "losses": [6.6, 7.0, 90.0, 7e13]},
+            {"multiplier": 0.25, "label": "1/4", "purpose": "halving", "lr": 0.2, "steps": 20,
+             "first_nonfinite_step": None, "final_loss": 0.4, "verdict": "stable",
+             "detail": "loss 6.62 -> 0.4", "losses": [6.6, 3.0, 1.0, 0.4]},
+        ],
+    }  # fmt: skip
+    console = Console(width=160, record=True, color_system=None)
+    render_details(StageResult("ran", "", details=details), console)
+    text = console.export_text()
+    assert "loss curve" in text and "✗" in text and "█" in text
+    assert "recommended: ×1/4" in text and "lr 0.2" in text
+    assert sparkline([3.0, 2.0, 1.0]).plain == "█▅▁"
+
+
+# ---- inside the child: the multiplier and the scratch folder ------------------------------------
+def _child_lrs(script: str, multipliers: tuple[float, ...], tmp_path: Path) -> dict:
+    """Per-step, per-group learning rates the child's `step` events report, per multiplier."""
+    outcomes = {}
+
+    def run(m: float) -> None:
+        workdir = tmp_path / f"m{m}"
+        workdir.mkdir()
+        options = ChildOptions(script=str(SCRIPTS / script), args=[], events_path="",
+                               max_steps=100, seed=0, detect=False, probes=["lr_sweep"],
+                               extra={"lr_sweep": {"multiplier": m}})  # fmt: skip
+        outcomes[m] = run_child(options, str(workdir), timeout_s=120)
+
+    threads = [threading.Thread(target=run, args=(m,)) for m in multipliers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {m: [s["lr"] for s in outcome.steps] for m, outcome in outcomes.items()}
+
+
+@pytest.mark.parametrize(
+    ("script", "steps", "groups"),
+    [("lr_onecycle.py", 30, 1), ("lr_warmup_cosine_groups.py", 25, 2)],
+)
+def test_the_multiplier_keeps_the_schedule_shape(script, steps, groups, tmp_path):
+    lrs = _child_lrs(script, (1.0, 0.25), tmp_path)
+    plain, scaled = lrs[1.0], lrs[0.25]
+    assert len(plain) == len(scaled) == steps
+    assert len({tuple(step) for step in plain}) > steps // 2, "the schedule must vary the lr"
+    for t, (unscaled, used) in enumerate(zip(plain, scaled, strict=True)):
+        assert len(unscaled) == len(used) == groups
+        for a, b in zip(unscaled, used, strict=True):
+            assert b == pytest.approx(0.25 * a, rel=1e-9), f"step {t}"
+    if groups == 2:  # per-group ratios survive (0.05 : 0.01)
+        assert all(step[0] == pytest.approx(5 * step[1]) for step in scaled)
+    else:  # OneCycleLR still peaks at its max_lr, times the multiplier
+        assert max(step[0] for step in scaled) == pytest.approx(0.25 * 0.05, rel=1e-3)
+
+
+def test_a_wrapper_optimizer_is_scaled_once(tmp_path):
+    lrs = _child_lrs("lr_wrapped_optimizer.py", (0.5,), tmp_path)[0.5]
+    assert lrs == [[pytest.approx(0.05)]] * 5
+
+
+def test_the_clip_experiment_clips_after_the_norm_is_recorded(tmp_path):
+    options = ChildOptions(script=str(SCRIPTS / "lr_diverging_sgd.py"), args=[], events_path="",
+                           max_steps=20, seed=0, detect=False, probes=["lr_sweep"],
+                           extra={"lr_sweep": {"multiplier": 1.0, "clip": 1.0}})  # fmt: skip
+    outcome = run_child(options, str(tmp_path), timeout_s=120)
+    assert outcome.nonfinite is None, "lr 0.8 with gradients clipped at 1 stays finite"
+    assert len(outcome.steps) == 20
+    assert max(s["grad_norm"] for s in outcome.steps) > 1.0, "norms are reported before clipping"
+
+
+def test_the_failure_pattern_tells_a_jump_from_a_growth():
+    assert failure_pattern([1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 1.0, 40.0]) == "spike"
+    assert failure_pattern([1.5**t for t in range(10)]) == "growth"
+    assert failure_pattern([1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 1.0]) is None
+
+
+_REDIRECT_CHECK = textwrap.dedent(
+    """
+    import json, multiprocessing, os, shutil, sys
+    from pathlib import Path
+    import numpy, torch
+    from nandoctor.instrument.files import redirect_writes
+
+    user, scratch = Path(sys.argv[1]), sys.argv[2]
+    redirect_writes(scratch)
+    with open(user / "train.log", "a") as log:
+        log.write("appended\\n")
+    assert (user / "train.log").read_text() == "an earlier run\\nappended\\n"
+    (user / "metrics.json").write_text(json.dumps({"loss": 1.0}))
+    assert json.loads((user / "metrics.json").read_text()) == {"loss": 1.0}
+    os.makedirs(user / "ckpt" / "deep", exist_ok=True)
+    assert (user / "ckpt" / "deep").is_dir()
+    torch.save({"w": torch.ones(3)}, user / "ckpt" / "model.pt.tmp")
+    os.replace(user / "ckpt" / "model.pt.tmp", user / "ckpt" / "model.pt")
+    assert torch.equal(torch.load(user / "ckpt" / "model.pt")["w"], torch.ones(3))
+    numpy.save(user / "ckpt" / "array.npy", numpy.arange(3))
+    assert numpy.load(user / "ckpt" / "array.npy").tolist() == [0, 1, 2]
+    shutil.copy(user / "keep.txt", user / "copy.txt")
+    assert (user / "copy.txt").read_text() == "keep me\\n"
+    os.remove(user / "keep.txt")
+    assert not (user / "keep.txt").exists()
+    assert sorted(os.listdir(user)) == ["ckpt", "copy.txt", "metrics.json", "train.log"]
+    worker = multiprocessing.get_context("fork").Process(
+        target=lambda: (user / "from_worker.txt").write_text("w"))
+    worker.start(); worker.join()
+    assert worker.exitcode == 0 and (user / "from_worker.txt").read_text() == "w"
+    print("ok")
+    """
+)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    } | {str(p.relative_to(folder)) + "/": b"" for p in folder.rglob("*") if p.is_dir()}
+
+
+def _user_folder(tmp_path: Path) -> Path:
+    user = tmp_path / "project"
+    user.mkdir()
+    (user / "train.log").write_text("an earlier run\n")
+    (user / "keep.txt").write_text("keep me\n")
+    return user
+
+
+def test_redirected_writes_land_in_the_scratch_folder(tmp_path):
+    user = _user_folder(tmp_path)
+    before = _snapshot(user)
+    scratch = tmp_path / "systmp" / "scratch"
+    scratch.parent.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", _REDIRECT_CHECK, str(user), str(scratch)],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TMPDIR": str(scratch.parent)},
+    )  # fmt: skip
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr
+    assert _snapshot(user) == before
+    mirrored = scratch / str(user).lstrip("/")
+    assert (mirrored / "ckpt" / "model.pt").exists()
+    assert (mirrored / "train.log").read_text() == "an earlier run\nappended\n"
+
+
+def test_the_working_directory_is_redirected_even_inside_the_temp_folder(tmp_path):
+    user = _user_folder(tmp_path)  # pytest's tmp_path sits inside the system temp folder
+    code = (
+        "import sys; from nandoctor.instrument.files import redirect_writes; "
+        "redirect_writes(sys.argv[1]); open('made.txt', 'w').write('x'); "
+        "assert open('made.txt').read() == 'x'; print('ok')"
+    )
+    scratch = tmp_path / "scratch"
+    done = subprocess.run([sys.executable, "-c", code, str(scratch)], cwd=user,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr
+    assert not (user / "made.txt").exists()
+    assert (scratch / str(user).lstrip("/") / "made.txt").read_text() == "x"
+
+
+# ---- `nandoctor sweep-lr` end to end ------------------------------------------------------------
+@pytest.fixture
+def config(tmp_path):
+    """`--config FILE` with the watched run localizing as it goes (one child run, not two)."""
+
+    def write(extra: str = "") -> tuple[str, str]:
+        path = tmp_path / "sweep.yaml"
+        path.write_text("watch:\n  localize: always\n" + extra)
+        return "--config", str(path)
+
+    return write
+
+
+def test_a_diverging_sgd_gets_a_verified_smaller_lr(nandoctor, config):
+    result = nandoctor("sweep-lr", "lr_diverging_sgd.py", *SWEEP, *config())
+    assert result.exit_code == 1, result.stderr
+    sweep = result.report["stages"]["lr_sweep"]
+    assert sweep["status"] == "ran", sweep
+    runs = {run["multiplier"]: run for run in sweep["runs"] if run.get("clip") is None}
+    assert runs[1.0]["verdict"] == "diverged"
+    assert all(run["verdict"] != "stable" for m, run in runs.items() if m >= 0.5)
+    stable = {m for m, run in runs.items() if run["verdict"] == "stable"}
+    largest_stable = max(m for m in stable if all(k in stable for k in runs if k < m))
+    recommended = sweep["recommended_lr_multiplier"]
+    assert largest_stable / 8 <= recommended <= largest_stable
+    assert runs[recommended]["verdict"] == "stable"
+    cause = next(c for c in result.report["causes"] if c["stage"] == "lr_sweep")
+    assert cause["verified_fix"] is True
+    assert f"lr={0.8 * recommended:.3g}" in cause["fix"]
+    assert cause["location"]["line"] == _line_of("lr_diverging_sgd.py", "torch.optim.SGD(")
+    assert "loss curve" in result.stdout and "recommended: ×" in result.stdout
+
+
+def test_a_nan_before_any_update_skips_the_sweep(nandoctor, config):
+    result = nandoctor("sweep-lr", "log_zero_loss.py", *SWEEP, *config())
+    sweep = result.report["stages"]["lr_sweep"]
+    assert sweep["status"] == "skipped"
+    assert "step 0" in sweep["summary"] and "cannot be the cause" in sweep["summary"]
+    assert not any(c.get("stage") == "lr_sweep" for c in result.report["causes"])
+
+
+def test_a_failure_the_lr_does_not_move_is_not_blamed_on_it(nandoctor, config):
+    result = nandoctor("sweep-lr", "lr_insensitive.py", "--jobs", "2", *config())
+    sweep = result.report["stages"]["lr_sweep"]
+    assert sweep["status"] == "ran", sweep
+    assert sweep["conclusion"] == "lr_insensitive"
+    assert sweep["recommended_lr_multiplier"] is None
+    assert "not the learning rate" in sweep["summary"]
+    assert not any(c.get("stage") == "lr_sweep" for c in result.report["causes"])
+    smallest = min(run["multiplier"] for run in sweep["runs"])
+    assert smallest == 2**-10
+
+
+def test_the_sweeps_reruns_leave_the_users_files_alone(nandoctor, config, tmp_path):
+    user = _user_folder(tmp_path)
+    before = _snapshot(user)
+    system_temp = tmp_path / "systmp"  # the project folder must not sit in the temp folder
+    system_temp.mkdir()
+    options = ("--jobs", "2", "--halvings", "3", *config("lr_sweep:\n  refine_rounds: 0\n"))
+    result = nandoctor("sweep-lr", "lr_writes_files.py", *options,
+                       script_args=["--out", str(user)],
+                       env={"TMPDIR": str(system_temp)})  # fmt: skip
+    sweep = result.report["stages"]["lr_sweep"]
+    assert sweep["status"] == "ran", sweep
+    stable = [run for run in sweep["runs"] if run["verdict"] == "stable"]
+    assert stable and all(run["steps"] > 8 for run in stable), "the re-runs must have written"
+    assert not [run for run in sweep["runs"] if run["verdict"] == "error"], sweep["runs"]
+    assert _snapshot(user) == before
+
+
+def test_a_healthy_run_is_not_swept(nandoctor, config):
+    result = nandoctor("run", "healthy_mlp.py", "--stages", "anomaly,lr_sweep", *config())
+    assert result.exit_code == 0, result.stdout + result.stderr
+    sweep = result.report["stages"]["lr_sweep"]
+    assert sweep["status"] == "ran" and sweep["conclusion"] == "not_implicated"
+    assert "not implicated" in sweep["summary"]
+    assert result.report["causes"] == [] and not result.report["findings"]
