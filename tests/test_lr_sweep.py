@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from conftest import SCRIPTS
+from conftest import SCRIPTS, line_of
 from nandoctor.child.options import ChildOptions
 from nandoctor.config import load_config
 from nandoctor.errors import ConfigError
@@ -34,11 +34,6 @@ from nandoctor.stages.lr_sweep.verdicts import Verdict, classify, failure_patter
 
 SETTINGS = Settings()
 SWEEP = ("--jobs", "2", "--halvings", "6")
-
-
-def _line_of(script: str, marker: str) -> int:
-    lines = (SCRIPTS / script).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if marker in line)
 
 
 def _verdict(losses, grads=None, horizon=None, **kwargs) -> Verdict:
@@ -427,7 +422,7 @@ def test_a_diverging_sgd_gets_a_verified_smaller_lr(nandoctor, config):
     cause = next(c for c in result.report["causes"] if c["stage"] == "lr_sweep")
     assert cause["verified_fix"] is True
     assert f"lr={0.8 * recommended:.3g}" in cause["fix"]
-    assert cause["location"]["line"] == _line_of("lr_diverging_sgd.py", "torch.optim.SGD(")
+    assert cause["location"]["line"] == line_of("lr_diverging_sgd.py", "torch.optim.SGD(")
     assert "loss curve" in result.stdout and "recommended: ×" in result.stdout
 
 
