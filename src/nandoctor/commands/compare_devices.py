@@ -11,6 +11,7 @@ from nandoctor.cli_common import (
     ConfigOption,
     JsonOption,
     ProfileOption,
+    ReportOption,
     ScriptArgs,
     ScriptArgument,
     TimeoutOption,
@@ -45,6 +46,7 @@ def register(app) -> None:
         script: ScriptArgument,
         script_args: ScriptArgs = None,
         json_path: JsonOption = None,
+        report_path: ReportOption = None,
         steps: Annotated[
             int | None,
             typer.Option(
@@ -74,4 +76,4 @@ def register(app) -> None:
         """
         overrides = compare_overrides(steps, reference.value if reference else None, timeout)
         target, config = load_inputs(script, script_args, profile, config_path, overrides)
-        diagnose_and_finish(target, config, json_path)
+        diagnose_and_finish(target, config, json_path, report_path)

@@ -12,11 +12,11 @@ hand). A tensor seen both ways in one step is summarized once. Class targets are
 
 from __future__ import annotations
 
-import functools
 import sys
 
 import torch
 
+from nandoctor.child.probes import safely
 from nandoctor.instrument.batches import check_class_targets, iter_leaves, summarize
 from nandoctor.instrument.frames import find_user_frame
 from nandoctor.instrument.loaders import (
@@ -50,27 +50,9 @@ def _is_input(t: torch.Tensor) -> bool:
     return _is_plain(t) and t.grad_fn is None and not t.requires_grad
 
 
-def _safely(method):
-    """A probe must never break the script: its first error is reported as a note and switches
-    the probe off."""
-
-    @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        if self.broken:
-            return None
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as error:
-            self.broken = True
-            self.session.events.emit(
-                "note", text=f"the data scan stopped looking: {type(error).__name__}: {error}"
-            )
-            return None
-
-    return call
-
-
 class DataScanProbe:
+    label = "data scan"
+
     def __init__(self, session, settings) -> None:
         self.session = session
         self.settings = settings
@@ -98,11 +80,11 @@ class DataScanProbe:
         session.hooks.add_undo(watch.remove)
 
     # ---- hooks ------------------------------------------------------------------------------
-    @_safely
+    @safely
     def _remember_loaded(self, loaded: LoadedBatch) -> None:
         self._loaded = loaded
 
-    @_safely
+    @safely
     def _loader_batch(self, batch, step: int) -> None:
         self._new_step(step)
         loaded = self._loaded if self._loaded and self._loaded.batch_id == id(batch) else None
@@ -113,7 +95,7 @@ class DataScanProbe:
         ]
         self._scan(leaves, "loader", loaded, step)
 
-    @_safely
+    @safely
     def _root_forward(self, module, args) -> None:
         with self.session.quiet():
             self._new_step(self.session.step)
@@ -130,7 +112,7 @@ class DataScanProbe:
             if leaves:
                 self._scan(leaves, "forward", None, self.session.step, type(module).__name__)
 
-    @_safely
+    @safely
     def _module_output(self, module, name, args, output) -> None:
         """Outputs of root modules, so that a model's output fed to another model (a GAN's
         detached sample, a teacher's logits) is not taken for data."""
@@ -206,7 +188,7 @@ class DataScanProbe:
         )
 
     # ---- class targets ----------------------------------------------------------------------
-    @_safely
+    @safely
     def _loss_call(self, call: LossCall) -> None:
         if not isinstance(call.input, torch.Tensor) or not isinstance(call.target, torch.Tensor):
             return

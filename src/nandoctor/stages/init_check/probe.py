@@ -9,12 +9,12 @@ Events: `init_forward` (layers, activations) and `init_loss`.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 from torch.nn.parameter import is_lazy
 
+from nandoctor.child.probes import safely
 from nandoctor.instrument.batches import class_dim_size
 from nandoctor.instrument.losses import LossCall, loss_watch
 from nandoctor.instrument.weights import activation_record, describe_layer, first_tensor, layer_kind
@@ -26,29 +26,13 @@ def _first_floating(value) -> torch.Tensor | None:
     return t if t is not None and (t.is_floating_point() or t.is_complex()) else None
 
 
-def _safely(method):
-    """A probe must never break the script: its first error is reported as a note and switches
-    the probe off."""
-
-    @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        if self.broken:
-            return None
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as error:
-            self.broken = True
-            self._tracing = None
-            self.writes.stop()
-            self.session.events.emit(
-                "note", text=f"the init check stopped looking: {type(error).__name__}: {error}"
-            )
-            return None
-
-    return call
-
-
 class InitProbe:
+    label = "init check"
+
+    def stop_looking(self) -> None:
+        self._tracing = None
+        self.writes.stop()
+
     def __init__(self, session, settings) -> None:
         self.session = session
         self.settings = settings
@@ -71,7 +55,7 @@ class InitProbe:
         session.hooks.add_undo(self.writes.stop)
         session.hooks.add_undo(watch.remove)
 
-    @_safely
+    @safely
     def _root_forward(self, module, args) -> None:
         self.writes.stop()  # the first forward of anything ends the record of writes
         if (
@@ -105,7 +89,7 @@ class InitProbe:
             layers.append(layer)
         return layers
 
-    @_safely
+    @safely
     def _module_output(self, module, name, args, output) -> None:
         if self._tracing is None:
             return
@@ -132,7 +116,7 @@ class InitProbe:
                 activations=self._activations,
             )
 
-    @_safely
+    @safely
     def _loss_result(self, call: LossCall) -> None:
         """The first classification loss of the run, before any update: compare with ln C."""
         if self._loss_seen or self.session.step > 0 or call.reduction != "mean":
