@@ -101,11 +101,14 @@ def test_reference_flag_is_checked():
     assert result.exit_code == 2
 
 
-def test_yaml_number_without_a_point_is_named(tmp_path):
+def test_tolerances_accept_yaml_exponents_and_name_bad_values(tmp_path):
     from conftest import run_cli
+    from nandoctor.config import load_config
 
-    config = tmp_path / "bad.yaml"
+    config = tmp_path / "tolerances.yaml"
     config.write_text("device_compare:\n  tolerances:\n    float16: {atol: 1e-5, rtol: 0.01}\n")
+    assert load_config(path=str(config)).device_compare.tolerances.float16.atol == 1e-5
+    config.write_text("device_compare:\n  tolerances:\n    float16: {atol: tiny, rtol: 0.01}\n")
     result = run_cli("compare-devices", str(SCRIPTS / "healthy_mlp.py"), "--config", str(config))
     assert result.exit_code == 2
     assert "device_compare.tolerances.float16.atol" in result.stderr
