@@ -1,0 +1,412 @@
+"""Diagnosis accuracy on the labelled corpus (`corpus/manifest.yaml`).
+
+Runs `python -m nandoctor run SCRIPT --json REPORT [-- args]` on every script of the manifest
+and compares the report with the label: top-1 and top-3 category, the top cause's line against
+the culprit line, false alarms on the healthy scripts, and the wall time per script.
+
+    python benchmarks/corpus_accuracy.py [--profile standard] [--jobs 2] [--only data,healthy/]
+                                         [--json results.json]
+    python benchmarks/corpus_accuracy.py --plain    # check the labels with plain python
+
+`--plain` runs every script with plain python and checks that the buggy ones print NaN/Inf
+(on stdout or stderr) and the healthy ones do not, which is what makes the labels true. Scripts that need CUDA are skipped
+(and reported as skipped) without a CUDA device. Each script runs in a scratch directory, so log
+files and checkpoints land there. Exit code 0 when the targets are met, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "corpus"
+MANIFEST = CORPUS / "manifest.yaml"
+CATEGORIES = (
+    "data",
+    "learning_rate",
+    "initialization",
+    "invalid_operation",
+    "exploding_gradients",
+    "precision",
+    "device",
+    "optimizer_config",
+)
+PHASES = (None, "data", "forward", "backward", "optimizer")
+KNOWN_REQUIREMENTS = {"cuda"}
+TARGETS = {"top1": 0.95, "top3": 1.0, "line": 1.0, "false_alarms": 0, "median_s": 30.0}
+PLAIN_TIMEOUT_S = 60
+RUN_TIMEOUT_S = 1800  # nandoctor's own limit is per child run; this guards the whole command
+# A printed NaN/Inf: `nan`, `inf`, `-inf`, `NaN`, `Infinity`, not part of a word like `info`.
+NONFINITE_TEXT = re.compile(r"(?<![A-Za-z])[-+]?(nan|inf|infinity)(?![A-Za-z])", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str
+    category: str
+    culprit_line: int | None
+    phase: str | None = None
+    requires: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    style: str = ""
+    why: str = ""
+
+    @property
+    def file(self) -> Path:
+        return CORPUS / self.path
+
+    @property
+    def healthy(self) -> bool:
+        return self.category == "healthy"
+
+
+@dataclass
+class Outcome:
+    path: str
+    expected: str
+    skipped: str | None = None
+    status: str | None = None
+    exit_code: int | None = None
+    got: list[str] = field(default_factory=list)
+    top1: bool | None = None
+    top3: bool | None = None
+    culprit_line: int | None = None
+    got_line: int | None = None
+    got_file: str | None = None
+    line_ok: bool | None = None
+    false_alarm: bool | None = None
+    first_op: str | None = None
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def load_manifest(path: Path = MANIFEST) -> list[Entry]:
+    """The manifest's entries, checked against the files: raises ValueError on any mismatch."""
+    raw = yaml.safe_load(path.read_text())
+    entries = [
+        Entry(
+            path=item["path"],
+            category=item["category"],
+            culprit_line=item.get("culprit_line"),
+            phase=item.get("phase"),
+            requires=tuple(item.get("requires") or ()),
+            args=tuple(str(a) for a in item.get("args") or ()),
+            style=item.get("style", ""),
+            why=item.get("why", ""),
+        )
+        for item in raw["scripts"]
+    ]
+    problems = [problem for entry in entries for problem in check_entry(entry)]
+    paths = [entry.path for entry in entries]
+    problems += [f"{p}: listed twice" for p in sorted({p for p in paths if paths.count(p) > 1})]
+    if problems:
+        raise ValueError(
+            "corpus/manifest.yaml does not match the files:\n  " + "\n  ".join(problems)
+        )
+    return entries
+
+
+def check_entry(entry: Entry) -> list[str]:
+    problems = []
+    if entry.category not in (*CATEGORIES, "healthy"):
+        problems.append(f"{entry.path}: unknown category {entry.category!r}")
+    if entry.phase not in PHASES:
+        problems.append(f"{entry.path}: unknown phase {entry.phase!r}")
+    if unknown := set(entry.requires) - KNOWN_REQUIREMENTS:
+        problems.append(f"{entry.path}: unknown requirement {sorted(unknown)}")
+    if not entry.file.is_file():
+        return [*problems, f"{entry.path}: no such file"]
+    if entry.healthy and entry.culprit_line is not None:
+        problems.append(f"{entry.path}: a healthy script has no culprit line")
+    if entry.culprit_line is not None:
+        lines = entry.file.read_text().splitlines()
+        if not 1 <= entry.culprit_line <= len(lines):
+            problems.append(f"{entry.path}: culprit line {entry.culprit_line} is past the end")
+        elif not lines[entry.culprit_line - 1].strip():
+            problems.append(f"{entry.path}: culprit line {entry.culprit_line} is blank")
+    return problems
+
+
+def cuda_available() -> bool:
+    done = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() == "True"
+
+
+def skip_reason(entry: Entry, has_cuda: bool) -> str | None:
+    if "cuda" in entry.requires and not has_cuda:
+        return "needs CUDA"
+    return None
+
+
+def run_plain(entry: Entry, expect_nonfinite: bool) -> Outcome:
+    """The script under plain python: it must exit normally, and print NaN/Inf exactly when
+    `expect_nonfinite`."""
+    outcome = Outcome(entry.path, entry.category, culprit_line=entry.culprit_line)
+    with tempfile.TemporaryDirectory(prefix="corpus-plain-") as scratch:
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                [sys.executable, str(entry.file), *entry.args],
+                cwd=scratch,
+                capture_output=True,
+                text=True,
+                timeout=PLAIN_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            outcome.seconds = time.monotonic() - started
+            outcome.error = f"timed out after {PLAIN_TIMEOUT_S} s"
+            outcome.top1 = False
+            return outcome
+        outcome.seconds = time.monotonic() - started
+    outcome.exit_code = done.returncode
+    # Scripts that log through `logging` print to stderr.
+    printed_nonfinite = bool(NONFINITE_TEXT.search(done.stdout + done.stderr))
+    outcome.status = "nonfinite" if printed_nonfinite else "finite"
+    if done.returncode != 0:
+        outcome.error = (done.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+    outcome.top1 = done.returncode == 0 and printed_nonfinite == expect_nonfinite
+    return outcome
+
+
+def run_nandoctor(entry: Entry, profile: str) -> Outcome:
+    outcome = Outcome(entry.path, entry.category, culprit_line=entry.culprit_line)
+    with tempfile.TemporaryDirectory(prefix="corpus-run-") as scratch:
+        report_path = Path(scratch) / "report.json"
+        command = [sys.executable, "-m", "nandoctor", "run", str(entry.file)]
+        command += ["--json", str(report_path), "--profile", profile]
+        if entry.args:
+            command += ["--", *entry.args]
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                command,
+                cwd=scratch,
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, COLUMNS="120"),
+                timeout=RUN_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            done = subprocess.CompletedProcess(
+                command, None, "", f"timed out after {RUN_TIMEOUT_S} s"
+            )
+        outcome.seconds = time.monotonic() - started
+        outcome.exit_code = done.returncode
+        if not report_path.exists():
+            outcome.error = (done.stderr.strip().splitlines() or ["no report written"])[-1]
+            outcome.top1 = outcome.top3 = False
+            outcome.line_ok = False if entry.culprit_line is not None else None
+            outcome.false_alarm = True if entry.healthy else None
+            return outcome
+        report = json.loads(report_path.read_text())
+    score(entry, report, outcome)
+    return outcome
+
+
+def score(entry: Entry, report: dict, outcome: Outcome) -> None:
+    """Fill the outcome's verdicts from a report."""
+    causes = report.get("causes") or []
+    outcome.status = report.get("status")
+    outcome.got = [cause["category"] for cause in causes]
+    first = report.get("first_nonfinite") or {}
+    outcome.first_op = first.get("op")
+    if entry.healthy:
+        outcome.false_alarm = outcome.status != "healthy" or bool(causes)
+        outcome.top1 = outcome.top3 = not outcome.false_alarm
+        return
+    outcome.top1 = bool(causes) and causes[0]["category"] == entry.category
+    outcome.top3 = entry.category in outcome.got[:3]
+    location = causes[0].get("location") if causes else None
+    if location:
+        outcome.got_line = location.get("line")
+        outcome.got_file = location.get("file")
+    if entry.culprit_line is not None:
+        outcome.line_ok = (
+            outcome.got_line == entry.culprit_line
+            and outcome.got_file is not None
+            and Path(outcome.got_file).name == entry.file.name
+        )
+
+
+def summarize(outcomes: list[Outcome], entries: list[Entry]) -> dict:
+    by_path = {entry.path: entry for entry in entries}
+    ran = [o for o in outcomes if o.skipped is None]
+    buggy = [o for o in ran if not by_path[o.path].healthy]
+    healthy = [o for o in ran if by_path[o.path].healthy]
+    with_line = [o for o in buggy if by_path[o.path].culprit_line is not None]
+    seconds = [o.seconds for o in ran]
+
+    def ratio(hits: int, total: int) -> float | None:
+        return hits / total if total else None
+
+    return {
+        "scripts": len(outcomes),
+        "skipped": len(outcomes) - len(ran),
+        "buggy": len(buggy),
+        "healthy": len(healthy),
+        "top1": ratio(sum(bool(o.top1) for o in buggy), len(buggy)),
+        "top3": ratio(sum(bool(o.top3) for o in buggy), len(buggy)),
+        "line": ratio(sum(bool(o.line_ok) for o in with_line), len(with_line)),
+        "with_line": len(with_line),
+        "false_alarms": sum(bool(o.false_alarm) for o in healthy),
+        "median_s": statistics.median(seconds) if seconds else None,
+        "max_s": max(seconds) if seconds else None,
+    }
+
+
+def targets_met(summary: dict) -> bool:
+    return (
+        (summary["top1"] is None or summary["top1"] >= TARGETS["top1"])
+        and (summary["top3"] is None or summary["top3"] >= TARGETS["top3"])
+        and (summary["line"] is None or summary["line"] >= TARGETS["line"])
+        and summary["false_alarms"] <= TARGETS["false_alarms"]
+        and (summary["median_s"] is None or summary["median_s"] < TARGETS["median_s"])
+    )
+
+
+def mark(value: bool | None) -> str:
+    return {True: "ok", False: "FAIL", None: "-"}[value]
+
+
+def print_table(outcomes: list[Outcome]) -> None:
+    w = max(len(o.path) for o in outcomes)
+    header = f"{'script':{w}} {'expected':19} {'got (top 3)':48} {'top1':4} {'top3':4} {'line':14} {'s':>6}"
+    print(header)
+    print("-" * len(header))
+    for o in outcomes:
+        if o.skipped:
+            print(f"{o.path:{w}} {o.expected:19} {'skipped: ' + o.skipped:48}")
+            continue
+        got = ", ".join(o.got[:3]) or (o.status or "?")
+        line = (
+            "-" if o.culprit_line is None else f"{o.culprit_line}->{o.got_line} {mark(o.line_ok)}"
+        )
+        print(
+            f"{o.path:{w}} {o.expected:19} {got:48} {mark(o.top1):4} {mark(o.top3):4} "
+            f"{line:14} {o.seconds:6.1f}"
+        )
+        if o.error:
+            print(f"{'':{w}} error: {o.error}")
+
+
+def print_plain_table(outcomes: list[Outcome]) -> None:
+    w = max(len(o.path) for o in outcomes)
+    for o in outcomes:
+        if o.skipped:
+            verdict = "FAIL" if o.top1 is False else "skip"
+            print(f"{verdict:4}  {o.path:{w}} {o.expected:19} ({o.skipped})")
+            continue
+        note = f"  [{o.error}]" if o.error else ""
+        print(
+            f"{mark(o.top1):4}  {o.path:{w}} {o.expected:19} printed {o.status:9} {o.seconds:5.1f} s{note}"
+        )
+
+
+def percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f} %"
+
+
+def print_summary(summary: dict) -> None:
+    print()
+    print(f"scripts {summary['scripts']} (buggy {summary['buggy']}, healthy {summary['healthy']}, "
+          f"skipped {summary['skipped']})")  # fmt: skip
+    print(f"top-1 accuracy   {percent(summary['top1'])}   (target >= {percent(TARGETS['top1'])})")
+    print(f"top-3 accuracy   {percent(summary['top3'])}   (target {percent(TARGETS['top3'])})")
+    print(f"line accuracy    {percent(summary['line'])} of {summary['with_line']} with a culprit line"
+          f"   (target {percent(TARGETS['line'])})")  # fmt: skip
+    print(
+        f"false alarms     {summary['false_alarms']} of {summary['healthy']} healthy   (target 0)"
+    )
+    if summary["median_s"] is not None:
+        print(f"seconds/script   median {summary['median_s']:.1f}, max {summary['max_s']:.1f}"
+              f"   (target median < {TARGETS['median_s']:.0f})")  # fmt: skip
+
+
+def select(entries: list[Entry], only: str | None) -> list[Entry]:
+    if not only:
+        return entries
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    return [
+        e for e in entries if any(w in (e.category, e.path) or e.path.startswith(w) for w in wanted)
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--profile", default="standard", help="nandoctor profile (default: standard)"
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="scripts run at the same time")
+    parser.add_argument("--only", help="comma-separated categories, paths or path prefixes")
+    parser.add_argument("--plain", action="store_true", help="check the labels with plain python")
+    parser.add_argument("--json", type=Path, help="write the per-script results and summary here")
+    args = parser.parse_args(argv)
+
+    entries = select(load_manifest(), args.only)
+    if not entries:
+        parser.error(f"--only {args.only!r} matches no script")
+    has_cuda = cuda_available()
+
+    def run_one(entry: Entry) -> Outcome:
+        reason = skip_reason(entry, has_cuda)
+        if reason and args.plain:
+            # What can be checked without the hardware: the script trains normally on the CPU.
+            outcome = run_plain(entry, expect_nonfinite=False)
+            verdict = "finite on the CPU as expected" if outcome.top1 else "NOT finite on the CPU"
+            outcome.skipped = f"{reason}; {verdict}"
+            return outcome
+        if reason:
+            return Outcome(
+                entry.path, entry.category, skipped=reason, culprit_line=entry.culprit_line
+            )
+        if args.plain:
+            outcome = run_plain(entry, expect_nonfinite=not entry.healthy)
+        else:
+            outcome = run_nandoctor(entry, args.profile)
+        print(f"  {mark(outcome.top1):4} {entry.path} ({outcome.seconds:.1f} s)", file=sys.stderr)
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        outcomes = list(pool.map(run_one, entries))
+
+    if args.plain:
+        print_plain_table(outcomes)
+        ran = [o for o in outcomes if o.skipped is None]
+        failures = [o for o in outcomes if o.top1 is False]
+        print(f"\n{sum(bool(o.top1) for o in ran)} of {len(ran)} scripts behave as labelled under "
+              f"plain python; {len(outcomes) - len(ran)} need hardware this machine lacks")  # fmt: skip
+        ok = not failures
+        summary = {"plain": True, "scripts": len(outcomes), "skipped": len(outcomes) - len(ran),
+                   "failures": [o.path for o in failures]}  # fmt: skip
+    else:
+        print_table(outcomes)
+        summary = summarize(outcomes, entries)
+        print_summary(summary)
+        ok = targets_met(summary)
+        print(f"\ntargets {'met' if ok else 'NOT met'}")
+    if args.json:
+        args.json.write_text(
+            json.dumps({"summary": summary, "results": [asdict(o) for o in outcomes]}, indent=2)
+        )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
