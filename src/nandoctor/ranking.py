@@ -12,6 +12,8 @@ _SEVERITY_ORDER = {"error": 0, "warning": 1}
 _GROWTH_FACTOR_LOSS = 10.0  # loss before the failure this many times its early minimum...
 _GROWTH_FACTOR_GRAD = 100.0  # ...or the gradient norm this many times its first value
 _SYMPTOM_DISCOUNT = 0.6  # confidence kept by a finding another finding explains
+_STRONG = 0.85  # a finding this confident can explain away another stage's
+_MADE_HERE = 0.97  # the line that made a non-finite tensor: above a data scan's located sample
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,19 @@ def growth_before_failure(facts: RunFacts) -> str | None:
     return None
 
 
+def _made_the_tensor(finding: Finding) -> bool:
+    return any(
+        "produced a tensor that already holds" in line or "overflows (|x| up to" in line
+        for line in finding.evidence
+    )
+
+
+def _still_improving(facts: RunFacts) -> bool:
+    """The loss fell over the steps before the failure (at least a few of them)."""
+    losses = _finite(facts.losses)
+    return len(losses) >= 4 and losses[-1] < losses[0] and min(losses[-3:]) <= min(losses)
+
+
 def _discounted(finding: Finding, reason: str) -> Finding:
     return dataclasses.replace(
         finding,
@@ -61,6 +76,19 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
             for f in result
         ]
     growth = growth_before_failure(facts) if facts.failed_step else None
+    if (
+        not growth
+        and _still_improving(facts)
+        and any(f.stage == "anomaly" and f.category == "invalid_operation" for f in result)
+    ):
+        # A domain error hit while training was going well: a smaller learning rate only
+        # postpones the step that reaches it (a sigmoid saturating to exactly 1 under log).
+        result = [
+            _discounted(f, "the loss was still falling when the op failed: a smaller learning "
+                        "rate only postpones reaching it")
+            if f.category == "learning_rate" else f
+            for f in result
+        ]  # fmt: skip
     if growth:
         result = [
             _discounted(f, f"a symptom: {growth}")
@@ -71,7 +99,7 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
         if not any(f.category == "learning_rate" and f.severity != "hint" for f in result):
             result.append(_learning_rate_suspect(growth, facts))
     if any(f.stage == "device_compare" and f.category == "precision" and f.severity == "error"
-           for f in result):  # fmt: skip
+           and f.confidence >= _STRONG for f in result):  # fmt: skip
         # A float64 reference stayed finite where the run did not: the domain error is made by
         # rounding, and clamping its input would only hide that.
         result = [
@@ -80,11 +108,19 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
             else f
             for f in result
         ]  # fmt: skip
+    # The line that made a tensor already holding NaN/Inf (`torch.from_numpy`, `torch.tensor`, an
+    # overflowing conversion) is exact; a data scan traces only the line that fetched the row.
+    result = [
+        dataclasses.replace(f, confidence=max(f.confidence, _MADE_HERE))
+        if f.stage == "anomaly" and f.category == "data" and _made_the_tensor(f)
+        else f
+        for f in result
+    ]
     init_errors = [f for f in result if f.category == "initialization" and f.severity == "error"]
     if init_errors and facts.failed_step is not None and facts.failed_step <= 1:
         result = [
             _discounted(f, "explained by the initialization: the weights were already out of scale")
-            if f.stage == "anomaly" and f.category in ("precision", "learning_rate", "exploding_gradients")
+            if f.stage == "anomaly" and f.category in ("precision", "learning_rate")
             else f
             for f in result
         ]  # fmt: skip

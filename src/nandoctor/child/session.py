@@ -155,7 +155,9 @@ class WatchSession:
                     self._report(t, "the loss", t)
 
     def _tensor_entered(self, source: str, result) -> None:
-        if self._detecting and not self.paused:
+        # Recorded from the start, also before per-op checks switch on at step K-1 of a replay:
+        # a dataset built from numpy before training holds the rows a late batch draws from.
+        if self.detector is not None and not self.paused:
             with self.quiet():
                 self.detector.tensor_entered(source, result)
 

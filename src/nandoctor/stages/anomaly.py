@@ -115,6 +115,8 @@ def propose_remedy(first: FirstNonfinite, birth: dict, category: str, optimizer)
         return {"kind": "sanitize_inputs"}
     if category == "precision" and any(w in first.explanation for w in _LOW_PRECISION_WORDS):
         return {"kind": "float32"}
+    if category == "exploding_gradients":
+        return {"kind": "clip_gradients", "max_norm": 1.0}
     op = _forward_op(first.explanation) if first.phase == "backward" else op_base(first.op)
     # A guard fixes a domain error (log of 0, 0/0) or an exp that overflows from the start; an
     # overflow after values grew is a symptom, and clamping it would only hide the divergence.
@@ -153,10 +155,11 @@ def _categorize(first: FirstNonfinite, birth: dict) -> tuple[str, str, float]:
     if overflow and "division by zero" not in explanation:
         if any(word in explanation for word in _LOW_PRECISION_WORDS):
             return "precision", f"{op} overflows its low-precision dtype", 0.8
+        if first.phase == "backward":  # the forward pass was finite: the gradients exploded
+            forward = _forward_op(explanation) or op
+            return "exploding_gradients", f"gradients overflow in the backward of {forward}", 0.75
         if first.step == 0:
             return "precision", f"{op} overflows float32 before any update", 0.6
-        if first.phase == "backward":
-            return "exploding_gradients", f"gradients overflow in the backward of {op}", 0.6
         return "learning_rate", f"values grew until {op} overflowed at step {first.step}", 0.55
     if first.phase == "backward":
         forward = _forward_op(explanation) or op

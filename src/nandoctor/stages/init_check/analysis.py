@@ -116,7 +116,7 @@ class ModelCheck:
         return best, names
 
     def summary(self) -> str:
-        counted = sum(1 for _ in self.weights())
+        counted = sum(1 for _, w in self.weights() if w.get("kappa") is not None)
         text = f"{self.root}: {counted} weights checked, activation growth x{self.growth:.3g}"
         if self.loss:
             text += f", starting loss {self.loss['value']:.4g} (ln C = {self.loss['expected']:.3g})"
@@ -133,6 +133,7 @@ class ModelCheck:
             "weights": [
                 {"param": w["param"], "kappa": w.get("kappa"), "rms": w.get("rms")}
                 for _, w in list(self.weights())[:64]
+                if w.get("kappa") is not None
             ],
         }
 

@@ -149,7 +149,7 @@ def _finding(title, evidence, fix, severity, weights=()) -> Finding:
 
 
 def _nonfinite_weights(check: ModelCheck) -> Finding | None:
-    bad = [w for _, w in check.weights() if not w["finite"]]
+    bad = [w for _, w in check.weights() if not w.get("finite", True)]
     if not bad:
         return None
     return _finding(

@@ -77,8 +77,12 @@ class InitProbe:
         layers = []
         for name, sub in root.named_modules():
             kind = layer_kind(sub)
-            if kind is None or any(is_lazy(p) for p in sub.parameters(recurse=False)):
+            if any(is_lazy(p) for p in sub.parameters(recurse=False)):
                 continue  # lazy modules get their weights during this very forward
+            if kind is None:
+                if other := self._other_layer(name or type(root).__name__, name, sub):
+                    layers.append(other)
+                continue
             layer = describe_layer(name or type(root).__name__, sub, kind)
             layer["module"] = name  # as `root.named_modules()` names it ("" for the root)
             for weight, param in zip(
@@ -88,6 +92,18 @@ class InitProbe:
                 weight["written"] = line.as_dict() if line else None
             layers.append(layer)
         return layers
+
+    def _other_layer(self, label: str, name: str, module) -> dict | None:
+        """A module of the user's own (a hand-written Dense): no kappa check, whose meaning is
+        unknown, but where its weights were set, so growth through it can be located."""
+        weights = []
+        for pname, param in module.named_parameters(recurse=False):
+            if param.dim() >= 2 and (line := self.writes.line_of(param)):
+                weights.append({"param": f"{label}.{pname}", "written": line.as_dict()})
+        if not weights:
+            return None
+        return {"name": label, "type": type(module).__name__, "kind": "other", "module": name,
+                "weights": weights}  # fmt: skip
 
     @safely
     def _module_output(self, module, name, args, output) -> None:

@@ -215,7 +215,6 @@ def _learning_rate_finding(search: Search) -> Finding:
     non_monotone = any(r.verdict.failing and r.multiplier < stable for r in measured)
     confidence = (0.9 if base.verdict == "diverged" else 0.75) - (0.15 if non_monotone else 0.0)
     optimizers, schedulers = construction(search)
-    location = Location.from_dict(optimizers[0].get("location")) if optimizers else None
     return Finding(
         stage=NAME,
         category="learning_rate",
@@ -223,9 +222,21 @@ def _learning_rate_finding(search: Search) -> Finding:
         confidence=confidence,
         evidence=tuple(evidence),
         fix=fix_text(search, optimizers, schedulers),
-        location=location,
+        location=lr_location(optimizers, schedulers),
         verified_fix=search.verified,
     )
+
+
+# Schedulers whose own arguments (max_lr, base_lr) set the learning rate, not the optimizer's lr.
+_SETS_ITS_OWN_LR = ("OneCycleLR", "CyclicLR")
+
+
+def lr_location(optimizers: list[dict], schedulers: list[dict]) -> Location | None:
+    """The line to edit: a scheduler that sets the learning rate itself, else the optimizer."""
+    owner = next((s for s in schedulers if s.get("class_name") in _SETS_ITS_OWN_LR), None)
+    if owner is not None and (location := Location.from_dict(owner.get("location"))):
+        return location
+    return Location.from_dict(optimizers[0].get("location")) if optimizers else None
 
 
 def fix_text(search: Search, optimizers: list[dict], schedulers: list[dict]) -> str:
