@@ -51,3 +51,24 @@ def test_one_cause_per_category_with_the_evidence_of_every_stage():
 
 def test_hints_never_become_causes():
     assert rank_causes([finding("initialization", 0.9, severity="hint")]) == []
+
+
+def test_a_loss_scaled_before_backward_is_exploding_gradients():
+    facts = RunFacts(
+        failed_step=3, loss_scale={"factor": 2.0**20, "location": {"file": "t.py", "line": 50}}
+    )
+    (cause,) = rank_causes(apply_causal_rules([], facts))
+    assert cause.category == "exploding_gradients" and cause.location.line == 50
+    assert "1.049e+06" in cause.title
+
+
+def test_the_constant_a_loss_was_multiplied_by_is_read_from_its_autograd_node():
+    torch = __import__("pytest").importorskip("torch")
+    from nandoctor.instrument.tensors import constant_factor
+
+    weights = torch.nn.Parameter(torch.ones(3))
+    loss = (weights * 2).sum() / 4
+    assert constant_factor(loss * 2.0**20) == 2.0**20
+    assert constant_factor(1e6 * loss) == 1e6
+    assert constant_factor(loss * weights.sum()) is None  # a product of two tensors is no scale
+    assert constant_factor(loss) is None

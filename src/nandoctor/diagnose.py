@@ -249,6 +249,7 @@ def run_facts(watch: RunOutcome) -> RunFacts:
         optimizer_location=Location.from_dict(optimizers[0].get("location"))
         if optimizers
         else None,
+        loss_scale=watch.first("loss_scaled"),
     )
 
 

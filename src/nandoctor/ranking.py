@@ -24,6 +24,7 @@ class RunFacts:
     losses: tuple = ()
     grad_norms: tuple = ()
     optimizer_location: Location | None = None
+    loss_scale: dict | None = None  # a large constant the loss was multiplied by before backward()
 
 
 def _finite(values) -> list[float]:
@@ -42,6 +43,32 @@ def growth_before_failure(facts: RunFacts) -> str | None:
     if len(norms) >= 3 and norms[0] > 0 and norms[-1] > _GROWTH_FACTOR_GRAD * norms[0]:
         return f"the gradient norm grew from {norms[0]:.4g} to {norms[-1]:.4g} before the failure"
     return None
+
+
+def scaled_loss(facts: RunFacts) -> Finding | None:
+    """The loss was multiplied by a large constant before backward() with no GradScaler: every
+    gradient is that many times too large unless the script divides it back."""
+    if facts.loss_scale is None:
+        return None
+    factor = facts.loss_scale["factor"]
+    return Finding(
+        stage="diagnosis",
+        category="exploding_gradients",
+        title=f"the loss is multiplied by {factor:.4g} before backward(): gradients {factor:.3g}x too large",
+        confidence=0.8,
+        evidence=(
+            f"backward() was called on the loss times {factor:.4g}, and no GradScaler was used",
+            "unless each gradient is divided by that factor before optimizer.step(), every "
+            "update is that many times too large",
+        ),
+        fix=(
+            "divide the gradients by the scale before `optimizer.step()` or drop the scaling in "
+            "float32 (`torch.amp.GradScaler` does both for mixed precision), and clip them: "
+            "`torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)`"
+        ),
+        location=Location.from_dict(facts.loss_scale.get("location")),
+        remedy={"kind": "clip_gradients", "max_norm": 1.0},
+    )
 
 
 def _made_the_tensor(finding: Finding) -> bool:
@@ -92,7 +119,8 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
     if growth:
         result = [
             _discounted(f, f"a symptom: {growth}")
-            if f.stage == "anomaly" and f.category in ("invalid_operation", "precision")
+            if f.stage in ("anomaly", "device_compare")
+            and f.category in ("invalid_operation", "precision")
             else f
             for f in result
         ]
@@ -116,6 +144,8 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
         else f
         for f in result
     ]
+    if facts.failed_step is not None and (scaled := scaled_loss(facts)):
+        result.append(scaled)
     init_errors = [f for f in result if f.category == "initialization" and f.severity == "error"]
     if init_errors and facts.failed_step is not None and facts.failed_step <= 1:
         result = [

@@ -16,7 +16,13 @@ from nandoctor.instrument.detector import Birth, NonfiniteDetector, StopRun
 from nandoctor.instrument.frames import SourceLine, find_construction_frame, find_user_frame
 from nandoctor.instrument.hooks import HookSet
 from nandoctor.instrument.modules import ModuleTracker
-from nandoctor.instrument.tensors import count_nonfinite, is_checked, is_finite, iter_tensors
+from nandoctor.instrument.tensors import (
+    constant_factor,
+    count_nonfinite,
+    is_checked,
+    is_finite,
+    iter_tensors,
+)
 
 
 def _total_norm(tensors: list[torch.Tensor]) -> float:
@@ -55,6 +61,7 @@ class WatchSession:
         self.uses_grad_scaler = False
         self._detecting = False
         self._compile_noted = False
+        self._loss_scale_noted = False
         self._in_optimizer = False
         self._in_dataloader = False
         self._forward_this_step = False
@@ -142,7 +149,19 @@ class WatchSession:
         self.backward_call = find_user_frame()
         self.backward_calls += 1
         if not self.uses_grad_scaler:  # with a scaler, the loss was checked before scaling
+            self._note_loss_scale(tensors)
             self._check_loss(tensors)
+
+    def _note_loss_scale(self, tensors) -> None:
+        """A loss multiplied by a large constant right before backward() (a static loss scale)
+        scales every gradient by it unless they are divided back: said once."""
+        if self._loss_scale_noted or not isinstance(tensors, torch.Tensor):
+            return
+        factor = constant_factor(tensors)
+        if factor is not None and abs(factor) >= _LARGE_LOSS_SCALE:
+            self._loss_scale_noted = True
+            self.events.emit("loss_scaled", factor=factor, step=self.step,
+                             location=self.backward_call.as_dict() if self.backward_call else None)  # fmt: skip
 
     def _check_loss(self, tensors) -> None:
         with self.quiet():
@@ -315,6 +334,8 @@ class WatchSession:
                     self._param_names[id(param)] = name
         return self._param_names.get(id(param), f"a {tuple(param.shape)} tensor")
 
+
+_LARGE_LOSS_SCALE = 1e3  # a loss multiplied by this much before backward() is a scaled loss
 
 _REPORTED_SETTINGS = ("lr", "eps", "betas", "momentum", "weight_decay", "nesterov", "alpha",
                       "foreach", "fused", "amsgrad", "maximize")  # fmt: skip

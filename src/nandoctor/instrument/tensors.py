@@ -97,3 +97,17 @@ def dtype_max(dtype: torch.dtype) -> float:
 
 def short_dtype(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def constant_factor(t: torch.Tensor) -> float | None:
+    """The constant `t` was just multiplied by (`loss * 2**20`), read from its autograd node:
+    `MulBackward0` saves the constant (a 0-dim wrapped number) and not the loss itself."""
+    node = t.grad_fn
+    if node is None or node.name() != "MulBackward0":
+        return None
+    other = getattr(node, "_saved_other", None)
+    if getattr(node, "_saved_self", None) is not None or not isinstance(other, torch.Tensor):
+        return None
+    if other.numel() != 1 or other.requires_grad:
+        return None
+    return float(other)
