@@ -66,6 +66,13 @@ def test_overflow_is_a_precision_cause(
     assert stage["loss_trajectories"] == {f"cpu-{dtype}": [None]}  # step 0 went non-finite
 
 
+def test_the_checklist_skips_the_comparison_of_a_finite_run(nandoctor):
+    result = nandoctor("run", "healthy_mlp.py", "--stages", "anomaly,device_compare")
+    assert result.exit_code == 0
+    stage = result.report["stages"]["device_compare"]
+    assert stage["status"] == "skipped" and "stayed finite" in stage["summary"]
+
+
 def test_healthy_script_has_no_divergence(nandoctor):
     result = nandoctor("compare-devices", "healthy_mlp.py", "--steps", "2",
                       script_args=["--steps", "4"])  # fmt: skip

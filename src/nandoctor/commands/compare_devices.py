@@ -29,7 +29,7 @@ class Reference(str, Enum):
 
 def compare_overrides(steps: int | None, reference: str | None, timeout: float | None) -> dict:
     """Config overrides from the command's flags: the stages, and the `device_compare:` section."""
-    section: dict = {}
+    section: dict = {"when_finite": True}
     if steps is not None:
         section["steps"] = steps
     if reference is not None:

@@ -49,6 +49,9 @@ def run(context: StageContext) -> StageOutcome:
     if context.watch.timed_out:
         return StageOutcome(StageResult("skipped", "the watched run timed out; a shadowed run, "
                                         "slower still, would too"))  # fmt: skip
+    if context.watch.nonfinite is None and not settings.when_finite:
+        return StageOutcome(StageResult("skipped", "the watched run stayed finite: nothing to "
+                                        "explain (`nandoctor compare-devices` compares anyway)"))  # fmt: skip
     start, stop = comparison_window(failure_step(context), settings.steps)
     context.progress(f"device_compare: shadowing steps {start} to {stop - 1}…")
     shadow = shadow_run(context, settings.shadow_options(start, stop))

@@ -38,6 +38,9 @@ class Settings:
     # Optimizer steps shadowed op by op: those ending at the step where the watched run first
     # went non-finite, or the first steps of a run that stayed finite.
     steps: int = 3
+    # Also compare when the watched run stayed finite (`nandoctor compare-devices` does; in the
+    # whole checklist a finite run leaves nothing for the comparison to explain).
+    when_finite: bool = False
     # What the ops are compared against. auto: the CPU at the same dtype when CUDA or MPS is
     # present, else float64 on the CPU; cpu | float64 choose explicitly.
     reference: str = "auto"
