@@ -178,7 +178,7 @@ def environment(watch: RunOutcome) -> dict:
         "python": start.get("python", platform.python_version()),
         "torch": start.get("torch"),
         "cuda_available": start.get("cuda"),
-        "threads": start.get("threads"),
+        "threads": (watch.end or {}).get("threads"),
         "platform": platform.platform(),
     }
 

@@ -26,7 +26,12 @@ def main() -> None:
         sys.exit(70)
     outcome = _run_script(options, session, events)
     session.remove()
+    import torch
+
+    # Read at the end: asking earlier can start torch's thread pool before the script sets its
+    # own thread count, and idle pool threads then compete with it for the cores.
     events.emit("end", outcome=outcome, steps=session.step, backward_calls=session.backward_calls,
+                threads=torch.get_num_threads(),
                 duration_s=round(time.monotonic() - started, 3))  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()
@@ -41,7 +46,7 @@ def _instrument(options: ChildOptions, events: EventWriter):
         torch.set_num_threads(options.threads)
     session = WatchSession(options, events)
     events.emit("start", pid=os.getpid(), torch=torch.__version__, python=platform.python_version(),
-                cuda=torch.cuda.is_available(), threads=torch.get_num_threads(),
+                cuda=torch.cuda.is_available(),
                 detect=options.detect)  # fmt: skip
     if options.scratch_dir:  # a re-run: what the script writes must not touch the user's files
         from nandoctor.instrument.files import redirect_writes
