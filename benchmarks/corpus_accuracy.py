@@ -31,19 +31,11 @@ from pathlib import Path
 
 import yaml
 
+from nandoctor.report.model import CATEGORIES
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
 MANIFEST = CORPUS / "manifest.yaml"
-CATEGORIES = (
-    "data",
-    "learning_rate",
-    "initialization",
-    "invalid_operation",
-    "exploding_gradients",
-    "precision",
-    "device",
-    "optimizer_config",
-)
 PHASES = (None, "data", "forward", "backward", "optimizer")
 KNOWN_REQUIREMENTS = {"cuda"}
 TARGETS = {"top1": 0.95, "top3": 1.0, "line": 1.0, "false_alarms": 0, "median_s": 30.0}

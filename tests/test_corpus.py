@@ -5,18 +5,11 @@ from pathlib import Path
 
 import yaml
 
+from nandoctor.report.model import CATEGORIES as MODEL_CATEGORIES
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
-CATEGORIES = {
-    "data",
-    "learning_rate",
-    "initialization",
-    "invalid_operation",
-    "exploding_gradients",
-    "precision",
-    "device",
-    "optimizer_config",
-}
+CATEGORIES = set(MODEL_CATEGORIES)
 PHASES = {None, "data", "forward", "backward", "optimizer"}
 
 
