@@ -10,11 +10,10 @@ import time
 from collections.abc import Callable
 
 import nandoctor
-from nandoctor.child.options import ChildOptions
 from nandoctor.config import Config
 from nandoctor.ranking import RunFacts, apply_causal_rules, rank_causes
 from nandoctor.report.model import Location, Report, StageResult
-from nandoctor.runner import RunOutcome, run_child
+from nandoctor.runner import RunOutcome, rerun_options, run_child, script_options
 from nandoctor.stages import StageContext, StageOutcome
 from nandoctor.target import Target
 from nandoctor.verify import verify_findings
@@ -38,7 +37,7 @@ def watch_script(
     speed and, when a NaN/Inf shows up at step K, replays the script with per-op localization
     from step K-1; the replay's finding replaces the cheap one when it reproduces."""
     always = config.watch.localize == "always"
-    options = _child_options(target, config, probes or [], detect=always)
+    options = _watch_options(target, config, probes or [], detect=always)
     watch = run_child(options, workdir, timeout_s=config.watch.timeout_s, on_event=on_event,
                       show_output=show_output, name="watch")  # fmt: skip
     failure = watch.nonfinite
@@ -77,30 +76,17 @@ def _unlocalized_reason(replay: RunOutcome, failure: dict) -> str:
     )
 
 
-def _child_options(target: Target, config: Config, probes: list[str], detect: bool, **extra):
-    return ChildOptions(
-        script=target.script,
-        args=list(target.args),
-        events_path="",
-        max_steps=config.watch.max_steps,
-        seed=config.watch.seed,
-        threads=config.watch.threads,
-        probes=probes,
-        detect=detect,
-        extra={
-            s: stage_module(s).probe_settings(config)
-            for s in (probes or [])
-            if hasattr(stage_module(s), "probe_settings")
-        },  # fmt: skip
-        **extra,
-    )
+def _watch_options(target: Target, config: Config, probes: list[str], detect: bool):
+    """The watched run: the user's own files, with the probes of the selected stages."""
+    extra = {s: stage_module(s).probe_settings(config) for s in probes
+             if hasattr(stage_module(s), "probe_settings")}  # fmt: skip
+    return script_options(target, config, probes=probes, detect=detect, extra=extra)
 
 
 def _replay(target: Target, config: Config, workdir: str, from_step: int) -> RunOutcome:
-    """Run the script again with per-op checks from `from_step`; its writes go to scratch."""
-    scratch = tempfile.mkdtemp(prefix="replay-", dir=workdir)
-    options = _child_options(target, config, [], detect=True, detect_from_step=from_step,
-                             scratch_dir=scratch)  # fmt: skip
+    """Run the script again with per-op checks from `from_step`."""
+    options = rerun_options(target, config, workdir, "replay", detect=True,
+                            detect_from_step=from_step)  # fmt: skip
     return run_child(options, workdir, timeout_s=config.watch.timeout_s,
                      name=f"replay-from-{from_step}")  # fmt: skip
 

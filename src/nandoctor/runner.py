@@ -7,13 +7,19 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import nandoctor
 from nandoctor.child.events import read_events
 from nandoctor.child.options import ChildOptions
+
+if TYPE_CHECKING:
+    from nandoctor.config import Config
+    from nandoctor.target import Target
 
 _KILL_GRACE_S = 5.0
 _POLL_S = 0.1
@@ -58,6 +64,31 @@ class RunOutcome:
             return ""
         with open(self.log_path, encoding="utf-8", errors="replace") as file:
             return "".join(file.readlines()[-lines:])
+
+
+def script_options(target: Target, config: Config, **fields) -> ChildOptions:
+    """One child run of the user's script: its arguments, and the watched run's seed, thread
+    count and step budget, so runs of one script are comparable; `fields` override."""
+    base = {
+        "script": target.script,
+        "args": list(target.args),
+        "events_path": "",
+        "max_steps": config.watch.max_steps,
+        "seed": config.watch.seed,
+        "threads": config.watch.threads,
+    }
+    return ChildOptions(**{**base, **fields})
+
+
+def rerun_options(
+    target: Target, config: Config, workdir: str, name: str, **fields
+) -> ChildOptions:
+    """A re-run (replay, verification, sweep candidate, comparison): step-level checks unless
+    asked otherwise, and everything the script writes goes to a fresh scratch folder in
+    `workdir`, never over the user's files."""
+    fields.setdefault("detect", False)
+    fields.setdefault("scratch_dir", tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
+    return script_options(target, config, **fields)
 
 
 def child_environment() -> dict[str, str]:

@@ -6,13 +6,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from nandoctor.child.options import ChildOptions
 from nandoctor.ranking import rank_causes
 from nandoctor.report.model import Finding
-from nandoctor.runner import RunOutcome, run_child
+from nandoctor.runner import RunOutcome, rerun_options, run_child
 from nandoctor.stages import StageContext
 
 _DIVERGED_FACTOR = 10.0  # a treated run whose last loss is this far above its best diverged
@@ -45,19 +43,9 @@ def horizon(context: StageContext) -> int:
 
 
 def _treated_run(context: StageContext, remedy: dict, steps: int, name: str) -> RunOutcome:
-    config = context.config
-    options = ChildOptions(
-        script=context.target.script,
-        args=list(context.target.args),
-        events_path="",
-        max_steps=steps,
-        seed=config.watch.seed,
-        threads=config.watch.threads,
-        detect=False,
-        remedy=remedy,
-        scratch_dir=tempfile.mkdtemp(prefix=f"{name}-", dir=context.workdir),
-    )
-    return run_child(options, context.workdir, timeout_s=config.watch.timeout_s, name=name)
+    options = rerun_options(context.target, context.config, context.workdir, name,
+                            max_steps=steps, remedy=remedy)  # fmt: skip
+    return run_child(options, context.workdir, timeout_s=context.config.watch.timeout_s, name=name)
 
 
 def _verdict(run: RunOutcome, steps: int, remedy: dict) -> tuple[bool, str]:

@@ -4,11 +4,10 @@ run (each op again on the reference) and, with CUDA, the same steps on the CPU a
 from __future__ import annotations
 
 import math
-import tempfile
 from dataclasses import dataclass, field
 
 from nandoctor.child.options import ChildOptions
-from nandoctor.runner import RunOutcome, child_environment, run_child
+from nandoctor.runner import RunOutcome, child_environment, rerun_options, run_child
 from nandoctor.stages import StageContext
 
 NAME = "device_compare"
@@ -44,18 +43,8 @@ class ShadowRun:
 
 
 def _options(context: StageContext, max_steps: int, **extra) -> ChildOptions:
-    return ChildOptions(
-        script=context.target.script,
-        args=list(context.target.args),
-        events_path="",
-        max_steps=max_steps,
-        seed=context.config.watch.seed,
-        threads=context.config.watch.threads,
-        detect=False,
-        # a re-run: what the script writes goes to scratch, never over the user's files
-        scratch_dir=tempfile.mkdtemp(prefix="device-compare-", dir=context.workdir),
-        **extra,
-    )
+    return rerun_options(context.target, context.config, context.workdir, "device-compare",
+                         max_steps=max_steps, **extra)  # fmt: skip
 
 
 def shadow_run(context: StageContext, shadow_options: dict) -> ShadowRun:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from nandoctor.child.options import ChildOptions
 from nandoctor.report.model import StageResult
-from nandoctor.runner import RunOutcome
+from nandoctor.runner import RunOutcome, script_options
 from nandoctor.stages import StageContext, StageOutcome
 from nandoctor.stages.lr_sweep import conclusions
 from nandoctor.stages.lr_sweep.conclusions import label
@@ -114,17 +114,15 @@ def visible_accelerators() -> list[str]:
 def candidate_options(context: StageContext, plan: Plan, planned: Planned) -> ChildOptions:
     """A fresh run of the unmodified script: same seed, step-level checks only, every learning
     rate times the multiplier, and its writes kept away from the user's files."""
-    target = context.target
-    return ChildOptions(
-        script=target.script,
-        args=list(target.args),
-        events_path="",
+    return script_options(
+        context.target,
+        context.config,
         max_steps=plan.horizon,
-        seed=context.config.watch.seed,
         threads=plan.threads,
         detect=False,
         probes=[NAME],
         lr_multiplier=planned.multiplier,
+        # a re-run: its writes go to its own scratch folder, removed when the run is done
         scratch_dir=_scratch(plan, planned),
         extra={NAME: {"multiplier": planned.multiplier, "clip": planned.clip}},
     )
