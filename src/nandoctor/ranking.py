@@ -13,7 +13,6 @@ _GROWTH_FACTOR_LOSS = 10.0  # loss before the failure this many times its early 
 _GROWTH_FACTOR_GRAD = 100.0  # ...or the gradient norm this many times its first value
 _SYMPTOM_DISCOUNT = 0.6  # confidence kept by a finding another finding explains
 _STRONG = 0.85  # a finding this confident can explain away another stage's
-_MADE_HERE = 0.97  # the line that made a non-finite tensor: above a data scan's located sample
 
 
 @dataclass(frozen=True)
@@ -68,13 +67,6 @@ def scaled_loss(facts: RunFacts) -> Finding | None:
         ),
         location=Location.from_dict(facts.loss_scale.get("location")),
         remedy={"kind": "clip_gradients", "max_norm": 1.0},
-    )
-
-
-def _made_the_tensor(finding: Finding) -> bool:
-    return any(
-        "produced a tensor that already holds" in line or "overflows (|x| up to" in line
-        for line in finding.evidence
     )
 
 
@@ -136,14 +128,6 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
             else f
             for f in result
         ]  # fmt: skip
-    # The line that made a tensor already holding NaN/Inf (`torch.from_numpy`, `torch.tensor`, an
-    # overflowing conversion) is exact; a data scan traces only the line that fetched the row.
-    result = [
-        dataclasses.replace(f, confidence=max(f.confidence, _MADE_HERE))
-        if f.stage == "anomaly" and f.category == "data" and _made_the_tensor(f)
-        else f
-        for f in result
-    ]
     if facts.failed_step is not None and (scaled := scaled_loss(facts)):
         result.append(scaled)
     init_errors = [f for f in result if f.category == "initialization" and f.severity == "error"]

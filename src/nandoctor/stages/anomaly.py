@@ -111,7 +111,7 @@ def propose_remedy(first: FirstNonfinite, birth: dict, category: str, optimizer)
     eps = (optimizer or {}).get("settings", {}).get("eps")
     if category == "optimizer_config" and eps is not None and eps <= 0:
         return {"kind": "optimizer_eps", "eps": 1e-8}
-    if birth.get("inputs_nonfinite") or "conversion" in first.explanation:
+    if birth.get("inputs_nonfinite") or made_the_tensor(first):
         return {"kind": "sanitize_inputs"}
     if category == "precision" and any(w in first.explanation for w in _LOW_PRECISION_WORDS):
         return {"kind": "float32"}
@@ -142,12 +142,24 @@ def optimizer_fix(optimizer: dict, category: str) -> str | None:
     return None
 
 
+def made_the_tensor(first: FirstNonfinite) -> bool:
+    """Born where a tensor was made already non-finite: `torch.from_numpy`, `torch.tensor`,
+    `torch.load` (recorded by name), or a dtype conversion that overflowed."""
+    return first.op.startswith("torch.") or "conversion" in first.explanation
+
+
 def _categorize(first: FirstNonfinite, birth: dict) -> tuple[str, str, float]:
     op = op_base(first.op)
     explanation = first.explanation
     overflow = any(word in explanation for word in _OVERFLOW_WORDS)
     if birth.get("inputs_nonfinite") or first.phase == "data":
-        return "data", "non-finite values come from the data", 0.85
+        # The line that made a tensor already holding NaN/Inf is exact: above a data scan's
+        # trace, which can only reach the line that fetched the row.
+        return (
+            "data",
+            "non-finite values come from the data",
+            0.97 if made_the_tensor(first) else 0.85,
+        )
     if first.phase == "optimizer":
         if "division by zero" in explanation:
             return "optimizer_config", "the optimizer update divides by zero", 0.8
