@@ -71,10 +71,6 @@ def _as_tensor(value, like: torch.Tensor) -> torch.Tensor:
 
 
 def _division(args, kwargs, out) -> str | None:
-    return _divide("division", args, kwargs, out)
-
-
-def _divide(what: str, args, kwargs, out) -> str | None:
     if len(args) < 2:
         return None
     numerator = args[0].detach() if isinstance(args[0], torch.Tensor) else None
@@ -82,7 +78,7 @@ def _divide(what: str, args, kwargs, out) -> str | None:
     zero = denominator == 0
     n_zero = _count(zero)
     if n_zero == 0:
-        return _overflow(what, args, out, hint="denominators close to zero")
+        return _overflow("division", args, out, hint="denominators close to zero")
     text = f"division by zero: {n_zero} of {denominator.numel()} denominators are 0"
     if numerator is not None:
         numerator_zero, zero = torch.broadcast_tensors(numerator == 0, zero)
@@ -95,7 +91,7 @@ def _addcdiv(args, kwargs, out) -> str | None:
     """self + value * tensor1 / tensor2: Adam's update, where tensor2 is sqrt(v) + eps."""
     if len(args) < 3 or not isinstance(args[2], torch.Tensor):
         return None
-    text = _divide("division", (args[1], args[2]), kwargs, out)
+    text = _division((args[1], args[2]), kwargs, out)
     return f"inside addcdiv: {text}" if text else None
 
 
