@@ -72,3 +72,19 @@ def test_the_constant_a_loss_was_multiplied_by_is_read_from_its_autograd_node():
     assert constant_factor(1e6 * loss) == 1e6
     assert constant_factor(loss * weights.sum()) is None  # a product of two tensors is no scale
     assert constant_factor(loss) is None
+
+
+def test_a_cause_without_a_remedy_has_another_finding_of_its_category_verified():
+    from dataclasses import replace
+
+    from nandoctor.verify import fixes_to_try
+
+    primary = finding("data", confidence=0.95, stage="data_scan", line=3)
+    with_remedy = replace(finding("data", confidence=0.85, line=9), remedy={"kind": "x"})
+    other = replace(finding("precision", confidence=0.6, line=12), remedy={"kind": "y"})
+    chosen = fixes_to_try([primary, with_remedy, other], max_fixes=3)
+    assert chosen == [with_remedy, other]
+    assert fixes_to_try([primary, with_remedy, other], max_fixes=1) == [with_remedy]
+    # once verified, that finding is the cause's primary: its line and fix are shown
+    verified = replace(with_remedy, verified_fix=True)
+    assert rank_causes([primary, verified])[0].location.line == 9

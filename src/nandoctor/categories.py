@@ -110,17 +110,23 @@ GUIDES: dict[str, CategoryGuide] = {
         ),
         CategoryGuide(
             "device",
-            "CPU and accelerator disagree at the same precision: a kernel or backend issue.",
+            "Two backends disagree at the same precision (CPU and accelerator, or compiled and "
+            "eager kernels): a kernel or backend issue.",
             "Kernels differ between backends (reduction order, fused implementations, TF32 "
-            "matmuls); a rare bug or a numerically fragile op shows on one device only.",
+            "matmuls, torch.compile's generated code and its rewrites of the math); a rare bug "
+            "or a numerically fragile op shows on one backend only.",
             (
                 "the first op whose results differ beyond tolerance between CPU and accelerator",
                 "NaN/Inf on the accelerator only, with the same seeds and inputs",
+                "NaN/Inf only when the model is torch.compile'd: the eager run stays finite",
             ),
             (
                 "disable TF32 (`torch.backends.cuda.matmul.allow_tf32 = False`)",
                 "try another kernel (e.g. disable cuDNN/flash attention for that op), update torch",
-                "report the op with the reproducer to the backend",
+                "compiled only: `@torch.compiler.disable` on the failing code, or another "
+                "`mode`/backend of torch.compile",
+                "report the op with the reproducer to the backend (for torch.compile, the "
+                'minifier: `TORCHDYNAMO_REPRO_AFTER="aot"`)',
             ),
         ),
         CategoryGuide(

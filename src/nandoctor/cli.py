@@ -11,6 +11,7 @@ from nandoctor.cli_common import (
     ConfigOption,
     JsonOption,
     MaxStepsOption,
+    NprocOption,
     ProfileOption,
     ReportOption,
     ScriptArgs,
@@ -47,6 +48,7 @@ def run_command(
     report_path: ReportOption = None,
     profile: ProfileOption = "standard",
     config_path: ConfigOption = None,
+    nproc_per_node: NprocOption = 1,
     max_steps: MaxStepsOption = None,
     timeout: TimeoutOption = None,
     stages: Annotated[
@@ -65,7 +67,9 @@ def run_command(
 ) -> None:
     """Run the whole checklist on SCRIPT and print a ranked root-cause report."""
     overrides = config_overrides(max_steps, timeout, stages)
-    target, config = load_inputs(script, script_args, profile, config_path, overrides)
+    target, config = load_inputs(
+        script, script_args, profile, config_path, overrides, nproc_per_node
+    )
     diagnose_and_finish(target, config, json_path, report_path, show_output=show_output,
                         keep_workdir=keep_workdir)  # fmt: skip
 

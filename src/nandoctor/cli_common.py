@@ -43,6 +43,16 @@ TimeoutOption = Annotated[
     float | None, typer.Option("--timeout", min=1, help="Wall-clock limit of one run, seconds.")
 ]
 
+NprocOption = Annotated[
+    int,
+    typer.Option(
+        "--nproc-per-node",
+        min=1,
+        help="Launch the script as `torchrun --standalone --nproc-per-node N` and watch every "
+        "rank (DDP and the like).",
+    ),
+]
+
 
 def config_overrides(max_steps: int | None, timeout: float | None, stages: str | None) -> dict:
     overrides: dict = {}
@@ -136,14 +146,21 @@ def diagnose_and_finish(
     finish(report, json_path, report_path)
 
 
-def load_inputs(script: str, script_args: list[str] | None, profile: str, config_path, overrides):
+def load_inputs(
+    script: str,
+    script_args: list[str] | None,
+    profile: str,
+    config_path,
+    overrides,
+    nproc_per_node: int = 1,
+):
     """The target and config, or a one-line usage error and exit code 2."""
     from nandoctor.config import load_config
     from nandoctor.errors import UsageError
     from nandoctor.target import load_target
 
     try:
-        target = load_target(script, script_args or [])
+        target = load_target(script, script_args or [], nproc_per_node)
         config = load_config(profile, str(config_path) if config_path else None, overrides)
     except UsageError as error:
         fail_usage(error)

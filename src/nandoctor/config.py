@@ -31,6 +31,10 @@ class WatchSettings:
     # step K, replay the script with per-op localization from step K-1. "always": per-op
     # localization from the first step (for scripts that are not deterministic under a seed).
     localize: str = "replay"
+    # A torchrun launch (--nproc-per-node): once one rank has stopped (NaN/Inf, step budget),
+    # the others get this long to stop too before they are ended; they may be waiting in a
+    # collective the stopped rank will never join.
+    rank_grace_s: float = 10.0
 
 
 @dataclass(frozen=True)

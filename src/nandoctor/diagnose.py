@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import platform
 import shutil
@@ -10,7 +11,9 @@ import time
 from collections.abc import Callable
 
 import nandoctor
+from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_finite_through
 from nandoctor.config import Config
+from nandoctor.distributed import rank_summaries
 from nandoctor.ranking import RunFacts, apply_causal_rules, rank_causes
 from nandoctor.report.model import Location, Report, StageResult
 from nandoctor.runner import RunOutcome, rerun_options, run_child, script_options
@@ -35,7 +38,8 @@ def watch_script(
 ) -> RunOutcome:
     """The watched run, with the stages' probes. With `localize: replay` it watches at full
     speed and, when a NaN/Inf shows up at step K, replays the script with per-op localization
-    from step K-1; the replay's finding replaces the cheap one when it reproduces."""
+    from step K-1; the replay's finding replaces the cheap one when it reproduces. Replays run
+    torch.compile'd code eagerly: a failure they do not reproduce appeared only compiled."""
     always = config.watch.localize == "always"
     options = _watch_options(target, config, probes or [], detect=always)
     watch = run_child(options, workdir, timeout_s=config.watch.timeout_s, on_event=on_event,
@@ -50,13 +54,16 @@ def watch_script(
         watch.interrupted = True
         return watch
     if _reproduces(replay, failure):
-        return _with_localization(watch, replay.nonfinite, "replayed")
+        return _noting_eager_replay(_with_localization(watch, replay, "replayed"))
+    if kept_compiled(watch) and stayed_finite_through(replay, failure["step"]):
+        return _only_compiled(watch, replay)  # a replay from step 0 would run eagerly too
     if from_step > 0 and not _broken(replay):
         progress("the replay differed; localizing with per-op checks from the start…")
         replay = _replay(target, config, workdir, from_step=0)
         if replay.nonfinite is not None and replay.nonfinite.get("birth"):
-            return _with_localization(watch, replay.nonfinite, "from the start")
-    watch.events.append({"event": "note", "text": _unlocalized_reason(replay, failure)})
+            located = _with_localization(watch, replay, "from the start")
+            return _noting_eager_replay(located)
+    watch.events.append({"event": "note", "text": _unlocalized_reason(replay, failure, watch)})
     return watch
 
 
@@ -64,11 +71,43 @@ def _broken(run: RunOutcome) -> bool:
     return run.first("internal_error") is not None or run.crashed
 
 
-def _unlocalized_reason(replay: RunOutcome, failure: dict) -> str:
+def _noting_eager_replay(watch: RunOutcome) -> RunOutcome:
+    if kept_compiled(watch):
+        step = watch.nonfinite["step"]
+        watch.events.append({"event": "note", "text": (
+            f"the script uses torch.compile: the replay that localized step {step} ran it "
+            "eagerly (compile disabled) so that per-op checks see every op, and so do re-runs "
+            "that verify a fix; the watched run kept it compiled")})  # fmt: skip
+    return watch
+
+
+def _only_compiled(watch: RunOutcome, eager: RunOutcome) -> RunOutcome:
+    """The watched run compiled and failed at step K; the eager replay got through step K
+    finite. Its losses go with the watched run, for the device comparison."""
+    step = watch.nonfinite["step"]
+    watch.events.append(eager_rerun_event(eager, kept_compiled(watch)))
+    watch.events.append({"event": "note", "text": (
+        f"the failure at step {step} appears only when compiled: the script run eagerly "
+        f"(torch.compile disabled, same seed) stayed finite through step {step}, so per-op "
+        "checks, which need the eager ops, could not localize it; device_compare compares "
+        "the compiled and the eager run")})  # fmt: skip
+    return watch
+
+
+def _unlocalized_reason(replay: RunOutcome, failure: dict, watch: RunOutcome) -> str:
     if internal := replay.first("internal_error"):
         return f"the localizing replay could not start ({internal['text']})"
     if replay.crashed:
         return f"the localizing replay crashed (exit code {replay.returncode})"
+    if kept_compiled(watch):
+        found = replay.nonfinite
+        instead = f", which went non-finite at step {found['step']}" if found else ""
+        return (
+            f"the failure at step {failure['step']} did not reproduce in the eager replay "
+            f"(torch.compile disabled, same seed){instead}: compiled kernels compute "
+            "differently, so its origin could not be localized; `watch.localize: always` "
+            "watches and localizes the eager run instead"
+        )
     return (
         f"the failure at step {failure['step']} did not reproduce in a second run with the "
         "same seed (the script is not deterministic), so its origin could not be localized; "
@@ -92,17 +131,37 @@ def _replay(target: Target, config: Config, workdir: str, from_step: int) -> Run
 
 
 def _reproduces(replay: RunOutcome, failure: dict) -> bool:
+    # Of a torchrun launch, any rank counts: per-op checks tell the rank that made the value
+    # from those that received it through a collective, which the cheap watch cannot.
     found = replay.nonfinite
     return found is not None and found["step"] == failure["step"] and found.get("birth") is not None
 
 
-def _with_localization(watch: RunOutcome, located: dict, how: str) -> RunOutcome:
-    """The watched run's events with the cheap NaN/Inf event replaced by the localized one."""
-    events = [e for e in watch.events if e["event"] != "nonfinite"]
-    first = watch.events.index(watch.nonfinite)
-    events.insert(first, {**located, "localized": how})
-    return RunOutcome(events, watch.returncode, watch.timed_out, watch.interrupted,
-                      watch.duration_s, watch.log_path)  # fmt: skip
+def _with_localization(watch: RunOutcome, replay: RunOutcome, how: str) -> RunOutcome:
+    """The watched run's events with the cheap NaN/Inf event replaced by the replay's localized
+    one; of a torchrun launch, every rank's, and the replay says which rank made it first."""
+    if not watch.ranks:
+        events = _relocalized(watch.events, replay.nonfinite, how)
+        return dataclasses.replace(watch, events=events)
+    ranks = {rank: _relocalized(events, _first_nonfinite(replay.ranks.get(rank, [])), how)
+             for rank, events in watch.ranks.items()}  # fmt: skip
+    rank = replay.rank if replay.rank in ranks else watch.rank
+    return dataclasses.replace(watch, events=ranks[rank], ranks=ranks, rank=rank)
+
+
+def _first_nonfinite(events: list[dict]) -> dict | None:
+    return next((e for e in events if e["event"] == "nonfinite"), None)
+
+
+def _relocalized(events: list[dict], located: dict | None, how: str) -> list[dict]:
+    """`events` with their NaN/Inf event replaced by `located` (if localized: a rank the
+    replay did not localize keeps what the watch saw)."""
+    if located is None or located.get("birth") is None:
+        return events
+    kept = [e for e in events if e["event"] != "nonfinite"]
+    ends = (i for i, e in enumerate(events) if e["event"] in ("nonfinite", "script_error", "end"))
+    kept.insert(next(ends, len(kept)), {**located, "localized": how})
+    return kept
 
 
 def run_status(watch: RunOutcome) -> str:
@@ -138,6 +197,8 @@ def describe_run(watch: RunOutcome) -> dict:
             watch.nonfinite.get("localized", "in the watched run") if watch.nonfinite else None
         ),
     }
+    if watch.ranks:
+        run["ranks"] = rank_summaries(watch.ranks, watch.rank)
     if error:
         run["script_error"] = error
     if exit_event:
@@ -165,6 +226,7 @@ def environment(watch: RunOutcome) -> dict:
         "torch": start.get("torch"),
         "cuda_available": start.get("cuda"),
         "threads": (watch.end or {}).get("threads"),
+        "world_size": start.get("world_size"),
         "platform": platform.platform(),
     }
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import nandoctor
-from nandoctor.child.events import read_events
+from nandoctor.child.events import rank_events_path, read_events
 from nandoctor.child.options import ChildOptions
 
 if TYPE_CHECKING:
@@ -35,6 +35,10 @@ class RunOutcome:
     interrupted: bool = False
     duration_s: float = 0.0
     log_path: str | None = None
+    # A torchrun launch: every rank's events. `events` are those of `rank`, the rank that went
+    # non-finite first (else failed first, else rank 0), so stages read one coherent run.
+    ranks: dict[int, list[dict]] = field(default_factory=dict)
+    rank: int | None = None
 
     def all(self, kind: str) -> list[dict]:
         return [e for e in self.events if e["event"] == kind]
@@ -76,6 +80,8 @@ def script_options(target: Target, config: Config, **fields) -> ChildOptions:
         "max_steps": config.watch.max_steps,
         "seed": config.watch.seed,
         "threads": config.watch.threads,
+        "nproc_per_node": target.nproc_per_node,
+        "rank_grace_s": config.watch.rank_grace_s,
     }
     return ChildOptions(**{**base, **fields})
 
@@ -110,45 +116,131 @@ def run_child(
     env: dict[str, str] | None = None,
     name: str = "run",
 ) -> RunOutcome:
-    """Run the script in a child process under `options`; never raises for the script's sake."""
+    """Run the script in a child process under `options` (through torchrun when it asks for
+    several processes); never raises for the script's sake."""
     options_path = os.path.join(workdir, f"{name}.options.json")
     options.events_path = os.path.join(workdir, f"{name}.events.jsonl")
     log_path = os.path.join(workdir, f"{name}.log")
     options.save(options_path)
     outcome = RunOutcome(log_path=log_path)
+    streams = _EventStreams(options)
     started = time.monotonic()
     with open(log_path, "wb") as log:
         sink = None if show_output else log
         process = subprocess.Popen(
-            [sys.executable, "-m", "nandoctor.child", options_path],
+            _launch_command(options, options_path),
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=sink if sink else None,
             env=env or child_environment(),
             start_new_session=True,  # one process group: DataLoader workers die with it
         )
-        offset = 0
         try:
             while True:
                 done = _wait(process, _POLL_S)
-                fresh, offset = read_events(options.events_path, offset)
-                outcome.events += fresh
-                for event in fresh:
+                for event in streams.read():
                     if on_event:
                         on_event(event)
                 if done:
                     break
                 if timeout_s is not None and time.monotonic() - started > timeout_s:
                     outcome.timed_out = True
-                    _stop(process)
+                    _stop(process, streams.worker_pids())
+                elif streams.ranks_left_behind():
+                    _stop(process, streams.worker_pids())
         except KeyboardInterrupt:
             outcome.interrupted = True
-            _stop(process)
-        fresh, offset = read_events(options.events_path, offset)
-        outcome.events += fresh
+            _stop(process, streams.worker_pids())
+        streams.read()
     outcome.returncode = process.returncode
     outcome.duration_s = time.monotonic() - started
+    streams.fill(outcome)
     return outcome
+
+
+def _stopped_by_nandoctor(event: dict) -> bool:
+    return event["event"] == "nonfinite" or (
+        event["event"] == "end" and event.get("outcome") == "stopped"
+    )
+
+
+def _launch_command(options: ChildOptions, options_path: str) -> list[str]:
+    child = ["-m", "nandoctor.child", options_path]
+    if options.nproc_per_node <= 1:
+        return [sys.executable, *child]
+    # PyTorch's own launcher sets RANK, LOCAL_RANK, WORLD_SIZE and the rendezvous for each
+    # process, exactly as `torchrun --standalone --nproc-per-node N train.py` would.
+    launcher = ["-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={options.nproc_per_node}"]  # fmt: skip
+    return [sys.executable, *launcher, *child]
+
+
+class _EventStreams:
+    """The events of one child run, or of each rank of a torchrun launch."""
+
+    def __init__(self, options: ChildOptions) -> None:
+        if options.nproc_per_node <= 1:
+            self._paths = {None: options.events_path}
+        else:
+            self._paths = {rank: rank_events_path(options.events_path, rank)
+                           for rank in range(options.nproc_per_node)}  # fmt: skip
+        self._offsets = dict.fromkeys(self._paths, 0)
+        self.events: dict[int | None, list[dict]] = {rank: [] for rank in self._paths}
+        self._stopped_since: float | None = None
+        self._grace_s = options.rank_grace_s
+        self.left_behind: list[int] = []  # ranks stopped because another rank had stopped
+
+    def read(self) -> list[dict]:
+        """Events that arrived since the last read, each rank's tagged with its rank."""
+        fresh_all = []
+        for rank, path in self._paths.items():
+            fresh, self._offsets[rank] = read_events(path, self._offsets[rank])
+            if rank is not None:
+                fresh = [{**event, "rank": rank} for event in fresh]
+            self.events[rank] += fresh
+            fresh_all += fresh
+        return fresh_all
+
+    def worker_pids(self) -> list[int]:
+        """torchrun starts each rank in its own session: stopping the launcher's process group
+        does not reach them."""
+        starts = (next((e for e in events if e["event"] == "start"), None)
+                  for rank, events in self.events.items() if rank is not None)  # fmt: skip
+        return [start["pid"] for start in starts if start and start.get("pid")]
+
+    def ranks_left_behind(self) -> bool:
+        """Once nandoctor has stopped one rank (a NaN/Inf, the step budget), the others may wait
+        forever in a collective it will never join: true when they still run a grace period
+        on. A rank that finished on its own is the script's business (rank 0 evaluating
+        alone, say)."""
+        if None in self._paths:
+            return False
+        if not any(_stopped_by_nandoctor(e) for events in self.events.values() for e in events):
+            return False
+        running = [rank for rank, events in self.events.items()
+                   if not any(e["event"] == "end" for e in events)]  # fmt: skip
+        if not running:
+            return False
+        if self._stopped_since is None:
+            self._stopped_since = time.monotonic()
+        if time.monotonic() - self._stopped_since <= self._grace_s:
+            return False
+        self.left_behind = running
+        return True
+
+    def fill(self, outcome: RunOutcome) -> None:
+        if None in self._paths:
+            outcome.events = self.events[None]
+            return
+        from nandoctor.distributed import primary_rank
+
+        for rank in self.left_behind:
+            if not any(e["event"] == "end" for e in self.events[rank]):
+                self.events[rank].append({"event": "end", "outcome": "stopped", "rank": rank,
+                                          "left_behind": True})  # fmt: skip
+        outcome.ranks = self.events
+        outcome.rank = primary_rank(self.events)
+        outcome.events = self.events[outcome.rank]
 
 
 def _wait(process: subprocess.Popen, seconds: float) -> bool:
@@ -159,15 +251,20 @@ def _wait(process: subprocess.Popen, seconds: float) -> bool:
         return False
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM the child's whole process group, SIGKILL what is left after a grace period."""
+def _stop(process: subprocess.Popen, worker_pids: list[int] = ()) -> None:
+    """SIGTERM the child's whole process group (and each torchrun worker's), SIGKILL what is
+    left after a grace period."""
+    groups = [process.pid, *worker_pids]
     for sig, grace in ((signal.SIGTERM, _KILL_GRACE_S), (signal.SIGKILL, None)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)
+        _signal_groups(groups, sig)
         if grace is None:
             process.wait()
         elif _wait(process, grace):
-            # the group may still hold orphaned workers
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+            _signal_groups(groups, signal.SIGKILL)  # the groups may still hold orphaned workers
             return
+
+
+def _signal_groups(groups: list[int], sig: signal.Signals) -> None:
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, sig)

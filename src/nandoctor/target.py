@@ -12,14 +12,19 @@ from nandoctor.errors import UsageError
 class Target:
     script: str  # as the user wrote it: sys.argv[0] and __file__ keep that spelling
     args: tuple[str, ...] = ()
+    nproc_per_node: int = 1  # > 1: launched as `torchrun --nproc-per-node N script`
 
     @property
     def absolute_script(self) -> str:
         return os.path.abspath(self.script)
 
 
-def load_target(script: str, args: list[str] | tuple[str, ...] = ()) -> Target:
+def load_target(
+    script: str, args: list[str] | tuple[str, ...] = (), nproc_per_node: int = 1
+) -> Target:
     """Check that `script` is a readable Python file that compiles, or raise UsageError."""
+    if nproc_per_node < 1:
+        raise UsageError(f"--nproc-per-node must be at least 1, not {nproc_per_node}")
     if not os.path.exists(script):
         raise UsageError(f"script not found: {script}")
     if os.path.isdir(script):
@@ -39,4 +44,4 @@ def load_target(script: str, args: list[str] | tuple[str, ...] = ()) -> Target:
         ) from None
     except ValueError as error:
         raise UsageError(f"{script} is not a Python source file: {error}") from None
-    return Target(script=script, args=tuple(args))
+    return Target(script=script, args=tuple(args), nproc_per_node=nproc_per_node)

@@ -79,26 +79,38 @@ def _diverging(run: RunOutcome) -> str | None:
     return None
 
 
+def fixes_to_try(findings: list[Finding], max_fixes: int) -> list[Finding]:
+    """The findings whose remedies get a treated re-run: one per cause, strongest cause first.
+    The cause's own finding when it has a remedy, else another finding of its category that
+    has one (a verified fix then makes that finding the cause's primary)."""
+    to_try: list[Finding] = []
+    for cause in rank_causes(findings):
+        untried = [f for f in findings if f.category == cause.category and f.remedy
+                   and f.verified_fix is None and f not in to_try]  # fmt: skip
+        match = next((f for f in untried if f.location == cause.location), None) or next(
+            iter(untried), None
+        )
+        if match is not None:
+            to_try.append(match)
+        if len(to_try) >= max_fixes:
+            break
+    return to_try
+
+
 def verify_findings(context: StageContext, findings: list[Finding]) -> list[Finding]:
     """Findings with `verified_fix` and an evidence line set for the strongest that carry an
     automatic remedy; the others unchanged."""
     settings = context.config.verify
     if context.watch.nonfinite is None or settings.max_fixes <= 0:
         return findings
-    ranked = rank_causes(findings)
-    to_try: list[Finding] = []
-    for cause in ranked:
-        match = next((f for f in findings if f.category == cause.category and f.location == cause.location
-                      and f.remedy and f.verified_fix is None), None)  # fmt: skip
-        if match is not None and match not in to_try:
-            to_try.append(match)
-        if len(to_try) >= settings.max_fixes:
-            break
+    to_try = fixes_to_try(findings, settings.max_fixes)
     if not to_try:
         return findings
     steps = horizon(context)
     context.progress(f"verifying {len(to_try)} fix(es) by re-running the script…")
-    with ThreadPoolExecutor(max_workers=max(1, min(settings.jobs, os.cpu_count() or 1))) as pool:
+    cores_per_run = context.target.nproc_per_node  # a torchrun launch runs that many processes
+    workers = max(1, min(settings.jobs, (os.cpu_count() or 1) // cores_per_run))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         runs = list(pool.map(lambda item: _treated_run(context, item[1].remedy, steps, f"verify-{item[0]}"),
                              enumerate(to_try)))  # fmt: skip
     verified = {}

@@ -16,7 +16,7 @@ from nandoctor.child.options import ChildOptions
 
 def main() -> None:
     options = ChildOptions.load(sys.argv[1])
-    events = EventWriter(options.events_path)
+    events = EventWriter(options.events_path_of_this_process())
     started = time.monotonic()
     try:
         session = _instrument(options, events)
@@ -46,8 +46,8 @@ def _instrument(options: ChildOptions, events: EventWriter):
         torch.set_num_threads(options.threads)
     session = WatchSession(options, events)
     events.emit("start", pid=os.getpid(), torch=torch.__version__, python=platform.python_version(),
-                cuda=torch.cuda.is_available(),
-                detect=options.detect)  # fmt: skip
+                cuda=torch.cuda.is_available(), detect=options.detect,
+                rank=_env_int("RANK"), world_size=_env_int("WORLD_SIZE"))  # fmt: skip
     if options.scratch_dir:  # a re-run: what the script writes must not touch the user's files
         from nandoctor.instrument.files import redirect_writes
 
@@ -61,6 +61,12 @@ def _instrument(options: ChildOptions, events: EventWriter):
         apply_remedy(options.remedy, session)
     session.install()
     return session
+
+
+def _env_int(name: str) -> int | None:
+    """RANK, WORLD_SIZE: set by torchrun for each process it launches."""
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
 
 
 def _install_probe(stage: str, session, options: ChildOptions) -> None:

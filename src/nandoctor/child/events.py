@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 
 class EventWriter:
@@ -15,8 +16,16 @@ class EventWriter:
         # DataLoader workers forked from the run inherit this object; only the run itself speaks.
         if os.getpid() != self._pid:
             return
-        self._file.write(json.dumps({"event": kind, **fields}, default=str) + "\n")
+        # `t` orders events of different processes (the ranks of a torchrun launch)
+        record = {"event": kind, **fields, "t": round(time.time(), 4)}
+        self._file.write(json.dumps(record, default=str) + "\n")
         self._file.flush()
+
+
+def rank_events_path(path: str, rank: int) -> str:
+    """Where rank `rank` of a multi-process launch writes the events of `path`."""
+    stem, suffix = os.path.splitext(path)
+    return f"{stem}.rank{rank}{suffix}"
 
 
 def read_events(path: str, offset: int = 0) -> tuple[list[dict], int]:

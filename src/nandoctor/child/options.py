@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 
 
@@ -21,6 +22,16 @@ class ChildOptions:
     scratch_dir: str | None = None  # re-runs: files the script writes go here instead
     remedy: dict | None = None  # a fix to apply in this run (instrument/remedies.py)
     extra: dict = field(default_factory=dict)  # stage-specific settings
+    nproc_per_node: int = 1  # > 1: torchrun launches that many ranks, each writes its events
+    rank_grace_s: float = 10.0  # the other ranks' time to stop once one has stopped
+
+    def events_path_of_this_process(self) -> str:
+        """The events file of this process: one per rank when torchrun launched several."""
+        if self.nproc_per_node <= 1:
+            return self.events_path
+        from nandoctor.child.events import rank_events_path
+
+        return rank_events_path(self.events_path, int(os.environ.get("RANK", "0")))
 
     def save(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as file:

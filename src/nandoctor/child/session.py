@@ -64,6 +64,7 @@ class WatchSession:
         self._loss_scale_noted = False
         self._in_optimizer = False
         self._in_dataloader = False
+        self._in_backward = False
         self._forward_this_step = False
         self._clock: weakref.ref | None = None  # the optimizer whose steps count as steps
         self._optimizers: list[weakref.ref] = []
@@ -85,9 +86,17 @@ class WatchSession:
             return "optimizer"
         if self._in_dataloader:
             return "data"
+        if self._in_backward:
+            return "backward"
         if self.modules.in_forward or self._forward_this_step:
             return "forward"
         return "data"  # before the model's first call in this step: preparing the batch
+
+    @property
+    def runs_eagerly(self) -> bool:
+        """torch.compile is a no-op in this run: per-op checks see only the ops of an eager run,
+        and a remedy acts through hooks that compiled code bypasses."""
+        return self.detector is not None or bool(self.options.remedy)
 
     @contextlib.contextmanager
     def quiet(self):
@@ -108,6 +117,8 @@ class WatchSession:
         self.hooks.grad_scaler_used(self._grad_scaler_used)
         self.hooks.optimizers_created(self._optimizer_created)
         self.hooks.compile_used(self._compile_used)
+        if self.runs_eagerly:
+            self.hooks.compile_disabled()
         if self.detector is not None:
             self.hooks.tensor_sources(self._tensor_entered)
         self._activate_detector_at(self.step)
@@ -151,6 +162,7 @@ class WatchSession:
         if not self.uses_grad_scaler:  # with a scaler, the loss was checked before scaling
             self._note_loss_scale(tensors)
             self._check_loss(tensors)
+        self._in_backward = True
 
     def _note_loss_scale(self, tensors) -> None:
         """A loss multiplied by a large constant right before backward() (a static loss scale)
@@ -200,12 +212,18 @@ class WatchSession:
         )
 
     def _compile_used(self) -> None:
-        if not self._compile_noted:
-            self._compile_noted = True
+        """Said once: the script compiles, where, and whether this run kept it compiled."""
+        if self._compile_noted:
+            return
+        self._compile_noted = True
+        where = find_user_frame()
+        self.events.emit("compile_used", eager=self.runs_eagerly,
+                         location=where.as_dict() if where else None)  # fmt: skip
+        if self.runs_eagerly:
             self.events.emit("note", text=(
-                "the script uses torch.compile: per-op localization runs the model eagerly "
-                "(compiled kernels can round differently, so a NaN seen only when compiled may "
-                "not reproduce there)"))  # fmt: skip
+                "the script uses torch.compile: this run executed it eagerly (compile disabled) "
+                "so that nandoctor's checks see every op; compiled kernels can compute "
+                "differently"))  # fmt: skip
 
     def _grad_scaler_used(self, outputs) -> None:
         self.uses_grad_scaler = True
@@ -215,8 +233,11 @@ class WatchSession:
     def _after_backward(self, tensors) -> None:
         # Scaled gradients may overflow on purpose; the scaler then skips the step, and the
         # optimizer hook checks the gradients of every step it does not skip.
-        if not self.stopping and not self.uses_grad_scaler:
-            self._check_grads()
+        try:
+            if not self.stopping and not self.uses_grad_scaler:
+                self._check_grads()  # gradients found non-finite here count as backward's
+        finally:
+            self._in_backward = False
 
     def _before_step(self, optimizer) -> None:
         self._stop_if_asked()
@@ -368,5 +389,6 @@ def _birth_dict(birth: Birth) -> dict:
         "constant": birth.constant,
         "backward_node": birth.backward_node,
         "inputs_nonfinite": birth.inputs_nonfinite,
+        "received": birth.received,
         "notes": list(birth.notes),
     }

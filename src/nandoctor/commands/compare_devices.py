@@ -10,6 +10,7 @@ import typer
 from nandoctor.cli_common import (
     ConfigOption,
     JsonOption,
+    NprocOption,
     ProfileOption,
     ReportOption,
     ScriptArgs,
@@ -66,6 +67,7 @@ def register(app) -> None:
         timeout: TimeoutOption = None,
         profile: ProfileOption = "standard",
         config_path: ConfigOption = None,
+        nproc_per_node: NprocOption = 1,
     ) -> None:
         """Run every op of SCRIPT again on a reference and report the first that differs.
 
@@ -75,5 +77,7 @@ def register(app) -> None:
         folder, not yours.
         """
         overrides = compare_overrides(steps, reference.value if reference else None, timeout)
-        target, config = load_inputs(script, script_args, profile, config_path, overrides)
+        target, config = load_inputs(
+            script, script_args, profile, config_path, overrides, nproc_per_node
+        )
         diagnose_and_finish(target, config, json_path, report_path)

@@ -9,6 +9,7 @@ import typer
 from nandoctor.cli_common import (
     ConfigOption,
     JsonOption,
+    NprocOption,
     ProfileOption,
     ReportOption,
     ScriptArgs,
@@ -69,6 +70,7 @@ def register(app) -> None:
         ] = None,
         profile: ProfileOption = "standard",
         config_path: ConfigOption = None,
+        nproc_per_node: NprocOption = 1,
     ) -> None:
         """Re-run SCRIPT with its learning rate ×1/2, ×1/4, ... and recommend a stable one.
 
@@ -76,5 +78,7 @@ def register(app) -> None:
         multiplied at each step. Files the runs write go to a scratch folder, not yours.
         """
         overrides = sweep_overrides(steps, halvings, jobs, timeout)
-        target, config = load_inputs(script, script_args, profile, config_path, overrides)
+        target, config = load_inputs(
+            script, script_args, profile, config_path, overrides, nproc_per_node
+        )
         diagnose_and_finish(target, config, json_path, report_path)

@@ -46,6 +46,18 @@ _MAX_BIRTHS = 20000
 _MAX_SITES = 500000
 
 
+def _received_from_another_rank(phase: str) -> bool:
+    """Gradients and optimizer state of a multi-process run are what collectives write."""
+    if phase not in ("backward", "optimizer"):
+        return False
+    distributed = torch.distributed
+    return (
+        distributed.is_available()
+        and distributed.is_initialized()
+        and distributed.get_world_size() > 1
+    )
+
+
 class StopRun(BaseException):
     """Ends the user's script. A BaseException, so the script's `except Exception` lets it pass."""
 
@@ -68,6 +80,7 @@ class Birth:
     backward_node: str | None = None
     backward_call: SourceLine | None = None
     inputs_nonfinite: bool = False  # entered torch already non-finite (data, numpy, files)
+    received: bool = False  # written by a collective: another rank of the launch made it
     notes: list[str] = field(default_factory=list)
 
 
@@ -241,6 +254,8 @@ class NonfiniteDetector(TorchDispatchMode):
 
     def _entered_birth(self, t: torch.Tensor, func, source: str | None = None) -> Birth:
         counts = count_nonfinite(t)
+        if source is None and _received_from_another_rank(self.context.phase):
+            return self._received_birth(t, counts)
         # A one-element -inf tensor is a mask constant (`torch.tensor(float("-inf"))`), not data.
         constant = t.numel() == 1 and counts.nan == 0
         if source is not None:
@@ -263,6 +278,25 @@ class NonfiniteDetector(TorchDispatchMode):
             inputs_nonfinite=True,
         )
         return birth
+
+    def _received_birth(self, t: torch.Tensor, counts) -> Birth:
+        """NaN/Inf that appeared in a tensor during backward or the optimizer step of a
+        multi-process run without any op of this process making it: a collective wrote it
+        (DDP's gradient all-reduce runs inside the communication library, unseen by torch's
+        dispatcher), so another rank produced it."""
+        return self._store(
+            op="collective",
+            module=self.context.module,
+            location=find_user_frame(),
+            phase=self.context.phase,
+            explanation=(
+                f"received from another rank ({counts.describe()}): a collective such as "
+                "DDP's gradient all-reduce wrote it, no op of this process made it"
+            ),
+            nonfinite=counts.describe(),
+            has_nan=counts.nan > 0,
+            received=True,
+        )
 
     def _new_birth(self, func, name, args, kwargs, out, node, constant=False, parents=None):
         counts = count_nonfinite(out)

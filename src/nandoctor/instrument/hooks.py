@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 
 import torch
@@ -10,6 +11,8 @@ from torch.optim.optimizer import (
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
 )
+
+_COMPILE_SWITCH = "TORCHDYNAMO_DISABLE"
 
 
 class HookSet:
@@ -92,7 +95,8 @@ class HookSet:
         self._undo.append(lambda: setattr(torch, name, original))
 
     def compile_used(self, callback: Callable) -> None:
-        """Call `callback()` the first time the script calls `torch.compile`."""
+        """Call `callback()` whenever the script calls `torch.compile`: `torch.compile(model)`,
+        `@torch.compile`, `@torch.compile(mode=...)` and `model.compile()` all go through it."""
         original = torch.compile
 
         def compile_(*args, **kwargs):
@@ -100,8 +104,22 @@ class HookSet:
             return original(*args, **kwargs)
 
         compile_.__wrapped__ = original
+        compile_.__doc__ = original.__doc__
         torch.compile = compile_
         self._undo.append(lambda: setattr(torch, "compile", original))
+
+    def compile_disabled(self) -> None:
+        """Make every `torch.compile` of this run a no-op, so the model runs eagerly and each of
+        its ops reaches the dispatcher (where per-op checks see it; compiled kernels bypass it).
+
+        torch's own switch: `torch._dynamo.optimize`, behind every entry point of
+        `torch.compile`, reads `TORCHDYNAMO_DISABLE` at each call and returns the function or
+        module unchanged. The variable, unlike `torch._dynamo.config.disable`, needs no import
+        of torch._dynamo (a second of start-up) in a run whose script never compiles.
+        """
+        previous = os.environ.get(_COMPILE_SWITCH)
+        os.environ[_COMPILE_SWITCH] = "1"
+        self._undo.append(lambda: _restore_environment(_COMPILE_SWITCH, previous))
 
     def grad_scaler_used(self, callback: Callable) -> None:
         """Call `callback(outputs)` when a GradScaler scales a loss (before scaling): its inf
@@ -125,3 +143,10 @@ class HookSet:
         while self._undo:
             with contextlib.suppress(Exception):
                 self._undo.pop()()
+
+
+def _restore_environment(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value

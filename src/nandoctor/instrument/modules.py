@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import torch
@@ -13,7 +14,9 @@ class ModuleTracker:
 
     Names are state_dict paths (`encoder.layers.1.fc`) relative to the outermost module that was
     called; that root itself is named by its class (`Net`). A module first seen outside any root
-    (a loss module called on its own) becomes a root of its own.
+    (a loss module called on its own) becomes a root of its own. A `torch.compile`d module
+    stands for the module it wraps, so names read the same compiled or not; the modules
+    inside a compiled forward are not seen one by one (see `_enter`).
     """
 
     def __init__(self) -> None:
@@ -50,6 +53,7 @@ class ModuleTracker:
 
     def adopt(self, root: torch.nn.Module) -> None:
         """Name `root`'s modules and parameters before its first call."""
+        root = uncompiled(root)
         if id(root) not in self._names:
             self._register_root(root)
 
@@ -60,7 +64,13 @@ class ModuleTracker:
             self._names.setdefault(id(sub), qualified or root_name)
 
     # Hooks must return None: a global forward hook that returns a value replaces the output.
+    # Inside a compiled forward, torch.compile traces these hooks into its graph: they return at
+    # once there, so the graph is the user's own, and nandoctor's bookkeeping (which dynamo
+    # cannot always trace) runs only for the modules called eagerly.
     def _enter(self, module: torch.nn.Module, args) -> None:
+        if torch.compiler.is_compiling():
+            return
+        module = uncompiled(module)
         name = self._names.get(id(module))
         if name is None:
             if self._stack:
@@ -75,7 +85,21 @@ class ModuleTracker:
         self._stack.append(name)
 
     def _leave(self, module: torch.nn.Module, args, output) -> None:
+        if torch.compiler.is_compiling():
+            return
+        module = uncompiled(module)
         if self._stack:
             name = self._stack.pop()
             for callback in self.on_module_output:
                 callback(module, name, args, output)
+
+
+def uncompiled(module: torch.nn.Module) -> torch.nn.Module:
+    """The module `torch.compile(module)` wrapped, or `module` itself."""
+    # Looked up, not imported: importing torch._dynamo costs a second, and a script that never
+    # compiled has no compiled module to unwrap.
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    wrapper = getattr(eval_frame, "OptimizedModule", None)
+    if wrapper is not None and isinstance(module, wrapper):
+        return module._orig_mod
+    return module

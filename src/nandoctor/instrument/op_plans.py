@@ -44,6 +44,10 @@ SHAPE_VIEWS = RESHAPES | {
 }  # fmt: skip
 
 
+# Collectives of torch.distributed (DDP's all-reduce among them) as the dispatcher names them.
+_COMMUNICATION_NAMESPACES = {"c10d", "_c10d_functional", "c10d_functional", "_dtensor"}
+
+
 @dataclass(frozen=True)
 class OpPlan:
     """What an op overload is; computed once per overload."""
@@ -70,7 +74,9 @@ def plan_of(func) -> OpPlan:
     )
     random = torch.Tag.nondeterministic_seeded in func.tags or name in _RANDOM
     skip = None
-    if name in _NOT_COMPUTED:
+    if func.namespace in _COMMUNICATION_NAMESPACES:
+        skip = "communication"  # run again on the reference, it would talk to the other ranks
+    elif name in _NOT_COMPUTED:
         skip = "not computed"
     elif random and dropout is None:
         skip = "random"

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nandoctor.report.model import Cause, FirstNonfinite, Report
-from nandoctor.report.text import stage_rows, verdict_line
+from nandoctor.report.text import rank_lines, stage_rows, verdict_line
 from nandoctor.report.text import where as _where
 
 _VERDICT_STYLE = {
@@ -100,6 +100,8 @@ def render_report(report: Report, console: Console) -> None:
     console.print(Text(f"nandoctor · {report.script_path}", style="bold"))
     console.print(Text(verdict, style=f"bold {style}"))
     console.print(_watched_line(report))
+    for line in rank_lines(report):
+        console.print(Text(line, style="dim"))
     for note in report.run.get("notes", []):
         console.print(Text(f"note: {note}", style="dim"))
     if (problem := _script_problem(report)) is not None:

@@ -7,7 +7,7 @@ from html import escape
 from nandoctor.report.charts import line_chart_svg
 from nandoctor.report.figures import figures
 from nandoctor.report.model import Cause, FirstNonfinite, Report
-from nandoctor.report.text import stage_rows, verdict_line, where
+from nandoctor.report.text import rank_lines, stage_rows, verdict_line, where
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem;
@@ -61,6 +61,9 @@ def render_html(report: Report) -> str:
         f"<h1>nandoctor report: <code>{escape(report.script_path)}</code></h1>",
         f'<p class="verdict {report.status}">{escape(verdict_line(report))}</p>',
     ]
+    if ranks := rank_lines(report):
+        items = "".join(f"<li>{escape(line)}</li>" for line in ranks)
+        parts.append(f"<h2>Ranks</h2><ul>{items}</ul>")
     if report.first_nonfinite is not None:
         parts.append(_first(report.first_nonfinite))
     if report.causes:

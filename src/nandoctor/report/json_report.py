@@ -28,6 +28,8 @@ def _first_nonfinite(first: FirstNonfinite | None) -> dict | None:
         return None
     data = asdict(first)
     data["location"] = _location(first.location)
+    if first.rank is None:  # a single-process run has no ranks
+        del data["rank"]
     return data
 
 

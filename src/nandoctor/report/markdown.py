@@ -5,7 +5,14 @@ from __future__ import annotations
 from nandoctor.report.charts import line_chart_mermaid
 from nandoctor.report.figures import figures
 from nandoctor.report.model import Cause, Report
-from nandoctor.report.text import VERDICTS, code_language, stage_rows, verdict_line, where
+from nandoctor.report.text import (
+    VERDICTS,
+    code_language,
+    rank_lines,
+    stage_rows,
+    verdict_line,
+    where,
+)
 
 
 def _cell(text: str) -> str:
@@ -27,6 +34,8 @@ def _cause(cause: Cause) -> list[str]:
 
 def render_markdown(report: Report) -> str:
     lines = [f"# nandoctor report: `{report.script_path}`", "", f"**{verdict_line(report)}**", ""]
+    if ranks := rank_lines(report):
+        lines += ["## Ranks", "", *[f"- {_cell(line)}" for line in ranks], ""]
     first = report.first_nonfinite
     if first is not None:
         lines += ["## First non-finite value", "", "| | |", "|---|---|"]

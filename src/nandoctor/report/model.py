@@ -56,6 +56,7 @@ class FirstNonfinite:
     reached: str = ""  # "the loss", "the gradient of fc1.weight", ...
     nonfinite: str = ""  # "nan=3, +inf=1 of 64"
     backward_node: str | None = None
+    rank: int | None = None  # of a torchrun launch: the rank where it happened first
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nandoctor.distributed import describe_rank
 from nandoctor.report.model import Location, Report
 
 VERDICTS = {
@@ -17,9 +18,16 @@ def verdict_line(report: Report) -> str:
     first = report.first_nonfinite
     if first is not None:
         verdict += f": {first.op} in {first.phase} at step {first.step}"
+        if first.rank is not None:
+            verdict += f" on rank {first.rank} of {len(report.run.get('ranks', []))}"
     if error := report.run.get("script_error"):
         verdict = f"the script raised {error.get('type')} before any NaN/Inf was seen"
     return verdict
+
+
+def rank_lines(report: Report) -> list[str]:
+    """What each rank of a torchrun launch saw, one line each; none for a single process."""
+    return [describe_rank(summary) for summary in report.run.get("ranks", [])]
 
 
 def where(location: Location | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nandoctor.compiled_only import compiled_only_finding, only_compiled
 from nandoctor.fixes import EPS, GUARDABLE_OPS, guard_call_argument, guard_denominator
 from nandoctor.report.model import Finding, FirstNonfinite, Location, StageResult
 from nandoctor.stages import StageContext, StageOutcome
@@ -21,10 +22,21 @@ def run(context: StageContext) -> StageOutcome:
         return StageOutcome(StageResult("ran", summary, context.watch.duration_s))
     first = first_nonfinite_from(event)
     finding = finding_from(first, event, optimizer_of(context.watch, event))
+    if event.get("birth") is None and (rerun := only_compiled(context.watch)) is not None:
+        finding = _compiled_only(first, rerun)  # no op to guess at: the compiler is the lead
     where = f" at {first.location.short()}" if first.location else ""
     summary = f"{first.op} in {first.phase}{where}, step {first.step}: {first.explanation}"
     result = StageResult("ran", summary, context.watch.duration_s)
     return StageOutcome(result, [finding], first_nonfinite=first)
+
+
+def _compiled_only(first: FirstNonfinite, rerun: dict) -> Finding:
+    evidence = [
+        f"a non-finite value reached {first.reached} at step {first.step} of the compiled run",
+        "the op could not be localized: per-op checks need the eager ops, and the script run "
+        f"eagerly (torch.compile disabled, same seed) stayed finite through step {first.step}",
+    ]
+    return compiled_only_finding(NAME, rerun, evidence, confidence=0.7)
 
 
 def first_nonfinite_from(event: dict) -> FirstNonfinite:
@@ -39,6 +51,7 @@ def first_nonfinite_from(event: dict) -> FirstNonfinite:
             explanation=f"a non-finite value reached {event['reached']}; its origin was not seen",
             reached=event["reached"],
             nonfinite=event.get("counts", ""),
+            rank=event.get("rank"),
         )
     return FirstNonfinite(
         step=birth["step"],
@@ -50,6 +63,7 @@ def first_nonfinite_from(event: dict) -> FirstNonfinite:
         reached=event["reached"],
         nonfinite=birth.get("nonfinite", ""),
         backward_node=birth.get("backward_node"),
+        rank=event.get("rank"),
     )
 
 

@@ -4,15 +4,19 @@ The script runs again with every op of a few steps shadowed on a reference: the 
 dtype when an accelerator is present (device question), float64 on the CPU otherwise (precision
 question). The first op that differs beyond its dtype's tolerance, or is non-finite on one side
 only, and the ops with the largest differences go in the report. With CUDA, the same steps also
-run on the CPU (CUDA hidden) and on the GPU, and their losses are compared.
+run on the CPU (CUDA hidden) and on the GPU, and their losses are compared. When the failure
+appeared only in the torch.compile'd run, the comparison is compiled vs eager instead: the eager
+re-run that the localizing replay made, beside the watched run.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+from nandoctor.compiled_only import only_compiled
 from nandoctor.report.model import StageResult
 from nandoctor.stages import StageContext, StageOutcome
+from nandoctor.stages.device_compare.compiled import compare_compiled_with_eager, compiled_finding
 from nandoctor.stages.device_compare.findings import findings_from
 from nandoctor.stages.device_compare.render import render_details
 from nandoctor.stages.device_compare.runs import (
@@ -52,6 +56,8 @@ def run(context: StageContext) -> StageOutcome:
     if context.watch.nonfinite is None and not settings.when_finite:
         return StageOutcome(StageResult("skipped", "the watched run stayed finite: nothing to "
                                         "explain (`nandoctor compare-devices` compares anyway)"))  # fmt: skip
+    if (rerun := only_compiled(context.watch)) is not None:
+        return _compiled_vs_eager(context, rerun, settings)
     start, stop = comparison_window(failure_step(context), settings.steps)
     context.progress(f"device_compare: shadowing steps {start} to {stop - 1}…")
     shadow = shadow_run(context, settings.shadow_options(start, stop))
@@ -70,6 +76,19 @@ def run(context: StageContext) -> StageOutcome:
     findings = findings_from(shadow.first, run_comparison, context.watch.nonfinite is not None,
                              device)  # fmt: skip
     return StageOutcome(StageResult("ran", _summary(details, shadow), details=details), findings)
+
+
+def _compiled_vs_eager(context: StageContext, rerun: dict, settings: Settings) -> StageOutcome:
+    """No shadowed run: under its dispatch mode torch.compile falls back to eager, where this
+    failure does not happen; the two runs already made are the comparison."""
+    comparison = compare_compiled_with_eager(context.watch, rerun, settings.loss_rtol)
+    details = {
+        "compiled_vs_eager": comparison,
+        "loss_trajectories": {side: comparison[side]["losses"] for side in ("compiled", "eager")},
+    }
+    summary = f"compiled vs eager: {comparison['verdict']}"
+    finding = compiled_finding(comparison, rerun)
+    return StageOutcome(StageResult("ran", summary, details=details), [finding])
 
 
 def _why_not_started(shadow: ShadowRun) -> str:

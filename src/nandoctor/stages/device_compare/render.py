@@ -32,8 +32,20 @@ def _short_op(op: str) -> str:
 
 def render_details(result: StageResult, console: Console) -> None:
     details = result.details
-    if not details:
-        return
+    if compiled := details.get("compiled_vs_eager"):
+        console.print(
+            Text.assemble(
+                ("compiled vs eager  ", "bold"),
+                ("(the eager run: torch.compile disabled, same seed)", "dim"),
+            )
+        )
+        console.print(compiled["verdict"])
+        console.print(_loss_table(details["loss_trajectories"], "losses"))
+    if details.get("reference"):
+        _render_shadow(details, console)
+
+
+def _render_shadow(details: dict, console: Console) -> None:
     console.print(
         Text.assemble(
             ("device comparison  ", "bold"),
@@ -49,7 +61,8 @@ def render_details(result: StageResult, console: Console) -> None:
     if first is not None and details.get("worst_ops"):  # all within tolerance: no table to read
         console.print(_worst_table(details["worst_ops"]))
     if details.get("run_comparison"):
-        console.print(_loss_table(details["loss_trajectories"], details["run_comparison"]))
+        verdict = details["run_comparison"]["verdict"]
+        console.print(_loss_table(details["loss_trajectories"], f"losses: {verdict}"))
 
 
 def _first_divergence(first: dict) -> Table:
@@ -98,9 +111,9 @@ def _worst_table(worst: list[dict]) -> Table:
     return table
 
 
-def _loss_table(trajectories: dict, comparison: dict) -> Table:
+def _loss_table(trajectories: dict, title: str) -> Table:
     sides = list(trajectories)
-    table = Table(title=f"losses: {comparison['verdict']}", title_justify="left", show_edge=False)
+    table = Table(title=title, title_justify="left", show_edge=False)
     table.add_column("step", justify="right")
     for side in sides:
         table.add_column(side, justify="right")

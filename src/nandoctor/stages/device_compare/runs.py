@@ -89,12 +89,8 @@ def describe_side(outcome: RunOutcome) -> dict:
 
 def compare_sides(cpu: dict, accelerator: dict, device: str, loss_rtol: float) -> dict:
     """Per-step relative loss differences and a one-line verdict."""
-    differences = [
-        _relative_difference(a, b)
-        for a, b in zip(cpu["losses"], accelerator["losses"], strict=False)
-        if _is_number(a) and _is_number(b)
-    ]
-    disagree = next((i for i, d in enumerate(differences) if d > loss_rtol), None)
+    differences = relative_differences(cpu["losses"], accelerator["losses"])
+    disagree = next((step for step, d in differences.items() if d > loss_rtol), None)
     cpu_bad, accelerator_bad = cpu["first_nonfinite_step"], accelerator["first_nonfinite_step"]
     if cpu["error"] or cpu["timed_out"]:
         verdict = f"the CPU run did not get through: {cpu['error'] or 'timed out'}"
@@ -113,13 +109,22 @@ def compare_sides(cpu: dict, accelerator: dict, device: str, loss_rtol: float) -
     return {
         "cpu": cpu,
         device: accelerator,
-        "max_relative_difference": max(differences) if differences else None,
+        "max_relative_difference": max(differences.values()) if differences else None,
         "first_disagreeing_step": disagree,
         "verdict": verdict,
         # the CPU run got past the step where the accelerator's went non-finite, and stayed finite
         "only_accelerator_nonfinite": accelerator_bad is not None and cpu_bad is None
         and len(cpu["losses"]) > accelerator_bad,
     }  # fmt: skip
+
+
+def relative_differences(losses: list, others: list) -> dict[int, float]:
+    """Step -> relative difference of the two losses, at the steps where both are finite."""
+    return {
+        step: _relative_difference(a, b)
+        for step, (a, b) in enumerate(zip(losses, others, strict=False))
+        if _is_number(a) and _is_number(b)
+    }
 
 
 def _is_number(value) -> bool:

@@ -31,7 +31,7 @@ class ActiveRun:
     planned: Planned
     stop_file: str
     slot: int
-    pid: int | None = None
+    pids: list[int] = field(default_factory=list)  # one per rank of a torchrun launch
     losses: list[float | None] = field(default_factory=list)
     stop_requested_at: float | None = None
     kill_at: float | None = None
@@ -106,10 +106,10 @@ class Pool:
         return item
 
     def _note(self, run: ActiveRun, event: dict) -> None:
-        if event.get("event") == "start":
-            run.pid = event.get("pid")
-        elif event.get("event") == "step":
-            run.losses.append(event.get("loss"))
+        if event.get("event") == "start" and event.get("pid"):
+            run.pids.append(event["pid"])
+        elif event.get("event") == "step" and event.get("rank", 0) == 0:
+            run.losses.append(event.get("loss"))  # of a torchrun launch: rank 0's curve
 
     def stop(self, key: str, grace_s: float = STOP_GRACE_S) -> None:
         """Ask a run to end at its next step (it checks for its stop file); kill it after
@@ -125,12 +125,13 @@ class Pool:
     def _kill_overdue(self) -> None:
         now = time.monotonic()
         for run in self.active.values():
-            if run.kill_at is not None and run.pid and now > run.kill_at:
-                # The child leads its own process group (runner starts it in a new session):
-                # this reaches its DataLoader workers too, and nothing else.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(run.pid, signal.SIGKILL)
-                run.pid = None
+            if run.kill_at is not None and run.pids and now > run.kill_at:
+                # Each child (each rank) leads its own process group: this reaches its
+                # DataLoader workers too, and nothing else.
+                for pid in run.pids:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pid, signal.SIGKILL)
+                run.pids = []
 
     def shutdown(self) -> None:
         """Stop every run still going and wait for their processes to end."""

@@ -72,6 +72,16 @@ def _where(birth: dict) -> str:
     return f" ({birth['op']}{where})"
 
 
+def _device_groups(devices: list[str], per_run: int) -> list[str]:
+    """CUDA_VISIBLE_DEVICES of each concurrent run: `per_run` accelerators apiece for the ranks
+    of a torchrun launch (all of them to one run when there are fewer)."""
+    if per_run <= 1:
+        return devices
+    groups = [",".join(devices[i : i + per_run])
+              for i in range(0, len(devices) - per_run + 1, per_run)]  # fmt: skip
+    return groups or ([",".join(devices)] if devices else [])
+
+
 def choose_plan(context: StageContext, baseline: RunRecord) -> Plan:
     settings = context.config.lr_sweep
     failed_at = baseline.verdict.failure_step
@@ -83,8 +93,11 @@ def choose_plan(context: StageContext, baseline: RunRecord) -> Plan:
     horizon = min(wanted, settings.max_steps)
     cores = os.cpu_count() or 1
     cuda = (context.watch.first("start") or {}).get("cuda")
-    devices = visible_accelerators() if cuda else []
-    jobs = settings.jobs or (len(devices) if devices else max(1, min(cores, settings.max_jobs)))
+    per_run = context.target.nproc_per_node  # processes (and accelerators) one run takes
+    devices = _device_groups(visible_accelerators(), per_run) if cuda else []
+    jobs = settings.jobs or (
+        len(devices) if devices else max(1, min(cores // per_run, settings.max_jobs))
+    )
     per_step = context.watch.duration_s / max(1, len(context.watch.steps))
     derived = min(context.config.watch.timeout_s, _STARTUP_S + 3 * horizon * per_step)
     workdir = os.path.join(context.workdir, NAME)
@@ -93,7 +106,7 @@ def choose_plan(context: StageContext, baseline: RunRecord) -> Plan:
         horizon=horizon,
         horizon_capped=wanted > settings.max_steps,
         jobs=jobs,
-        threads=context.config.watch.threads or max(1, cores // jobs),
+        threads=context.config.watch.threads or max(1, cores // (jobs * per_run)),
         devices=devices,
         timeout_s=settings.run_timeout_s or derived,
         workdir=workdir,

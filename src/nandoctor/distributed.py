@@ -1,0 +1,101 @@
+"""The ranks of a torchrun launch: which one went wrong first, and what each of them saw.
+
+Every rank writes its own events. A NaN/Inf born on one rank reaches the others through the
+gradient all-reduce, one phase later (or a step later), so "first" orders by step, then by
+phase within the step, then by the wall clock the ranks share on one machine.
+"""
+
+from __future__ import annotations
+
+_PHASE_ORDER = {"data": 0, "forward": 1, "backward": 2, "optimizer": 3}
+_FAILURES = ("script_error", "script_exit", "internal_error")
+
+
+def _first(events: list[dict], kinds: tuple[str, ...]) -> dict | None:
+    return next((e for e in events if e["event"] in kinds), None)
+
+
+def _nonfinite_order(event: dict) -> tuple:
+    """Earlier step first; within a step, a value made on this rank before one it received
+    from another rank, then the earlier phase, then the clock."""
+    received = bool((event.get("birth") or {}).get("received"))
+    return (event["step"], received, _PHASE_ORDER.get(event.get("phase"), 9), event.get("t", 0.0))
+
+
+def primary_rank(events_by_rank: dict[int, list[dict]]) -> int:
+    """The rank whose run tells the story: the first to see a NaN/Inf, else the first to
+    fail, else rank 0."""
+    nonfinite = {rank: e for rank, events in events_by_rank.items()
+                 if (e := _first(events, ("nonfinite",)))}  # fmt: skip
+    if nonfinite:
+        return min(nonfinite, key=lambda rank: _nonfinite_order(nonfinite[rank]))
+    failed = {rank: e for rank, events in events_by_rank.items()
+              if (e := _first(events, _FAILURES))}  # fmt: skip
+    if failed:
+        return min(failed, key=lambda rank: failed[rank].get("t", 0.0))
+    return min(events_by_rank, default=0)
+
+
+def rank_summaries(events_by_rank: dict[int, list[dict]], primary: int) -> list[dict]:
+    """One line of facts per rank, for the report."""
+    return [_summary(rank, events, rank == primary)
+            for rank, events in sorted(events_by_rank.items())]  # fmt: skip
+
+
+def _summary(rank: int, events: list[dict], primary: bool) -> dict:
+    steps = [e for e in events if e["event"] == "step"]
+    nonfinite = _first(events, ("nonfinite",))
+    failure = _first(events, _FAILURES)
+    end = _first(events, ("end",))
+    summary = {
+        "rank": rank,
+        "first": primary,
+        "steps_observed": len(steps),
+        "last_loss": steps[-1].get("loss") if steps else None,
+        "ended": end["outcome"] if end else ("did not start" if not events else "crashed"),
+        # stopped by nandoctor: it was waiting on a rank nandoctor had stopped
+        "left_behind": bool(end and end.get("left_behind")),
+        "nonfinite": _nonfinite_summary(nonfinite) if nonfinite else None,
+    }
+    if failure is not None:
+        summary["error"] = _failure_text(failure)
+    return summary
+
+
+def _nonfinite_summary(event: dict) -> dict:
+    birth = event.get("birth") or {}
+    return {
+        "step": event["step"],
+        "phase": event.get("phase"),
+        "reached": event.get("reached"),
+        "received": bool(birth.get("received")),
+        "op": birth.get("op"),
+        "location": birth.get("location"),
+    }
+
+
+def _failure_text(event: dict) -> str:
+    if event["event"] == "script_error":
+        # a collective's error after a peer stopped runs to several lines: the first says it
+        first_line = str(event.get("message", "")).strip().splitlines()[:1]
+        return f"{event.get('type')}: {first_line[0] if first_line else ''}"[:200]
+    if event["event"] == "script_exit":
+        return f"exit code {event.get('code')}"
+    return event.get("text", "internal error")
+
+
+def describe_rank(summary: dict) -> str:
+    """`rank 1: NaN/Inf in the loss at step 3 (forward)` and the like, for the report."""
+    found = summary["nonfinite"]
+    if found and found["received"]:
+        text = f"received NaN/Inf from another rank at step {found['step']} ({found['phase']})"
+    elif found:
+        text = f"NaN/Inf reached {found['reached']} at step {found['step']} ({found['phase']})"
+    elif "error" in summary:
+        text = f"failed after {summary['steps_observed']} steps: {summary['error']}"
+    elif summary["left_behind"]:
+        text = (f"stopped by nandoctor after {summary['steps_observed']} steps, waiting on a "
+                "rank that had stopped")  # fmt: skip
+    else:
+        text = f"no NaN/Inf in {summary['steps_observed']} steps ({summary['ended']})"
+    return f"rank {summary['rank']}: {text}"
