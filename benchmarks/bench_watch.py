@@ -5,7 +5,11 @@ start-up costs (torch import, child process) do not blur the per-step ratio; the
 wall-time ratio is printed too. Plain and watched runs alternate in each round, and the ratio
 is taken within a round, so load from other processes hits both sides alike.
 
-    python benchmarks/bench_watch.py [--rounds 3] [--steps 40]
+    python benchmarks/bench_watch.py [--rounds 3] [--steps 40] [--device cuda]
+
+With `--device cuda` the model and batch live on the GPU and each step ends with a
+synchronize (in both runs alike), so a step's time includes its kernels: the watch's few
+reductions per step are measured, and a check that synchronized per op would show.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ from torch import nn
 torch.manual_seed(0)
 torch.set_num_threads(1)
 {workload}
+device = torch.device("{device}")
+model, x, y = model.to(device), x.to(device), y.to(device)
+synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 times = []
 for step in range({steps}):
@@ -49,16 +56,18 @@ for step in range({steps}):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
+    synchronize()
     times.append(time.perf_counter() - start)
 with open(sys.argv[1], "w") as out:
     out.write(str(statistics.median(times[5:])))
 """
 
 
-def write_script(folder: str, name: str, steps: int) -> str:
+def write_script(folder: str, name: str, steps: int, device: str) -> str:
     path = os.path.join(folder, f"{name}.py")
+    workload = textwrap.dedent(WORKLOADS[name])
     with open(path, "w") as file:
-        file.write(TEMPLATE.format(workload=textwrap.dedent(WORKLOADS[name]), steps=steps))
+        file.write(TEMPLATE.format(workload=workload, steps=steps, device=device))
     return path
 
 
@@ -94,13 +103,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         results = {}
         for name in WORKLOADS:
-            script = write_script(folder, name, args.steps)
+            script = write_script(folder, name, args.steps, args.device)
             results[name] = measure(name, script, folder, args.steps, args.rounds)
-            print(f"{name}: watched/plain per-step time {results[name]['step_ratio']:.2f}x, "
+            print(f"{name} on {args.device}: watched/plain per-step time {results[name]['step_ratio']:.2f}x, "
                   f"whole run {results[name]['wall_ratio']:.2f}x")  # fmt: skip
     print(json.dumps(results))
 

@@ -9,9 +9,11 @@ the culprit line, false alarms on the healthy scripts, and the wall time per scr
     python benchmarks/corpus_accuracy.py --plain    # check the labels with plain python
 
 `--plain` runs every script with plain python and checks that the buggy ones print NaN/Inf
-(on stdout or stderr) and the healthy ones do not, which is what makes the labels true. Scripts that need CUDA are skipped
-(and reported as skipped) without a CUDA device. Each script runs in a scratch directory, so log
-files and checkpoints land there. Exit code 0 when the targets are met, 1 otherwise.
+(on stdout or stderr) and the healthy ones do not, which is what makes the labels true. Entries
+with `nproc_per_node` > 1 run through `python -m torch.distributed.run --standalone` in both
+modes (`--nproc-per-node N` for nandoctor). Scripts that need CUDA are skipped (and reported as
+skipped) without a CUDA device. Each script runs in a scratch directory, so log files and
+checkpoints land there. Exit code 0 when the targets are met, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Entry:
     phase: str | None = None
     requires: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
+    nproc_per_node: int = 1
     style: str = ""
     why: str = ""
 
@@ -96,6 +99,7 @@ def load_manifest(path: Path = MANIFEST) -> list[Entry]:
             phase=item.get("phase"),
             requires=tuple(item.get("requires") or ()),
             args=tuple(str(a) for a in item.get("args") or ()),
+            nproc_per_node=item.get("nproc_per_node", 1),
             style=item.get("style", ""),
             why=item.get("why", ""),
         )
@@ -119,6 +123,8 @@ def check_entry(entry: Entry) -> list[str]:
         problems.append(f"{entry.path}: unknown phase {entry.phase!r}")
     if unknown := set(entry.requires) - KNOWN_REQUIREMENTS:
         problems.append(f"{entry.path}: unknown requirement {sorted(unknown)}")
+    if type(entry.nproc_per_node) is not int or entry.nproc_per_node < 1:
+        problems.append(f"{entry.path}: nproc_per_node must be a positive integer")
     if not entry.file.is_file():
         return [*problems, f"{entry.path}: no such file"]
     if entry.healthy and entry.culprit_line is not None:
@@ -147,15 +153,25 @@ def skip_reason(entry: Entry, has_cuda: bool) -> str | None:
     return None
 
 
+def plain_command(entry: Entry) -> list[str]:
+    """`python SCRIPT ARGS`, or the same through torchrun when the entry asks for more than one
+    process."""
+    n = entry.nproc_per_node
+    if n == 1:
+        return [sys.executable, str(entry.file), *entry.args]
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}"]
+    return [sys.executable, *launcher, str(entry.file), *entry.args]
+
+
 def run_plain(entry: Entry, expect_nonfinite: bool) -> Outcome:
-    """The script under plain python: it must exit normally, and print NaN/Inf exactly when
-    `expect_nonfinite`."""
+    """The script under plain python (or torchrun): it must exit normally, and print NaN/Inf
+    exactly when `expect_nonfinite`."""
     outcome = Outcome(entry.path, entry.category, culprit_line=entry.culprit_line)
     with tempfile.TemporaryDirectory(prefix="corpus-plain-") as scratch:
         started = time.monotonic()
         try:
             done = subprocess.run(
-                [sys.executable, str(entry.file), *entry.args],
+                plain_command(entry),
                 cwd=scratch,
                 capture_output=True,
                 text=True,
@@ -183,6 +199,8 @@ def run_nandoctor(entry: Entry, profile: str) -> Outcome:
         report_path = Path(scratch) / "report.json"
         command = [sys.executable, "-m", "nandoctor", "run", str(entry.file)]
         command += ["--json", str(report_path), "--profile", profile]
+        if entry.nproc_per_node > 1:
+            command += ["--nproc-per-node", str(entry.nproc_per_node)]
         if entry.args:
             command += ["--", *entry.args]
         started = time.monotonic()

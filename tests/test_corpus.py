@@ -25,6 +25,8 @@ def test_every_entry_points_at_a_script_and_a_real_culprit_line():
         assert entry.get("phase") in PHASES, entry
         assert set(entry.get("requires") or ()) <= {"cuda"}, entry
         assert all(isinstance(arg, str) for arg in entry.get("args") or ()), entry
+        nproc = entry.get("nproc_per_node", 1)
+        assert type(nproc) is int and nproc >= 1, entry
         assert entry.get("why"), entry
         line = entry["culprit_line"]
         if entry["category"] == "healthy":

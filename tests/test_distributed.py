@@ -44,6 +44,7 @@ def test_a_data_problem_on_one_rank_through_the_whole_checklist(nandoctor, tmp_p
     ranks = _ranks(report)
     assert ranks[1]["first"] and ranks[1]["nonfinite"]["step"] == 3
     assert ranks[0]["nonfinite"] is None  # rank 1 stopped before the all-reduce of step 3
+    assert ranks[0]["after_rank_stopped"] == 1  # its all-reduce lost rank 1: not a crash of its own
     assert "## Ranks" in (tmp_path / "report.md").read_text()
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import nandoctor
 from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_finite_through
 from nandoctor.config import Config
-from nandoctor.distributed import rank_summaries
+from nandoctor.distributed import primary_rank, rank_summaries
 from nandoctor.ranking import RunFacts, apply_causal_rules, rank_causes
 from nandoctor.report.model import Location, Report, StageResult
 from nandoctor.runner import RunOutcome, rerun_options, run_child, script_options
@@ -139,13 +139,13 @@ def _reproduces(replay: RunOutcome, failure: dict) -> bool:
 
 def _with_localization(watch: RunOutcome, replay: RunOutcome, how: str) -> RunOutcome:
     """The watched run's events with the cheap NaN/Inf event replaced by the replay's localized
-    one; of a torchrun launch, every rank's, and the replay says which rank made it first."""
+    one; of a torchrun launch, every rank's, and which rank made it first is decided again."""
     if not watch.ranks:
         events = _relocalized(watch.events, replay.nonfinite, how)
         return dataclasses.replace(watch, events=events)
     ranks = {rank: _relocalized(events, _first_nonfinite(replay.ranks.get(rank, [])), how)
              for rank, events in watch.ranks.items()}  # fmt: skip
-    rank = replay.rank if replay.rank in ranks else watch.rank
+    rank = primary_rank(ranks)  # localized births tell made from received
     return dataclasses.replace(watch, events=ranks[rank], ranks=ranks, rank=rank)
 
 
@@ -154,14 +154,13 @@ def _first_nonfinite(events: list[dict]) -> dict | None:
 
 
 def _relocalized(events: list[dict], located: dict | None, how: str) -> list[dict]:
-    """`events` with their NaN/Inf event replaced by `located` (if localized: a rank the
-    replay did not localize keeps what the watch saw)."""
-    if located is None or located.get("birth") is None:
+    """`events` with their NaN/Inf event replaced by the replay's localized one. What the watch
+    saw stays when the replay did not localize it, and the watch's clock (`t`) stays too: it
+    orders the ranks of one launch."""
+    seen = _first_nonfinite(events)
+    if seen is None or located is None or located.get("birth") is None:
         return events
-    kept = [e for e in events if e["event"] != "nonfinite"]
-    ends = (i for i, e in enumerate(events) if e["event"] in ("nonfinite", "script_error", "end"))
-    kept.insert(next(ends, len(kept)), {**located, "localized": how})
-    return kept
+    return [{**located, "localized": how, "t": seen.get("t")} if e is seen else e for e in events]
 
 
 def run_status(watch: RunOutcome) -> str:

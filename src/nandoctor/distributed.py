@@ -38,8 +38,17 @@ def primary_rank(events_by_rank: dict[int, list[dict]]) -> int:
 
 def rank_summaries(events_by_rank: dict[int, list[dict]], primary: int) -> list[dict]:
     """One line of facts per rank, for the report."""
-    return [_summary(rank, events, rank == primary)
-            for rank, events in sorted(events_by_rank.items())]  # fmt: skip
+    summaries = [_summary(rank, events, rank == primary)
+                 for rank, events in sorted(events_by_rank.items())]  # fmt: skip
+    stops = {rank: e["t"] for rank, events in events_by_rank.items()
+             if (e := _first(events, ("nonfinite",))) and "t" in e}  # fmt: skip
+    for summary in summaries:
+        failed_at = summary.pop("failed_at", None)
+        earlier = [r for r, t in stops.items() if r != summary["rank"] and failed_at
+                   and t <= failed_at]  # fmt: skip
+        if earlier:  # its collective lost a peer that nandoctor had stopped
+            summary["after_rank_stopped"] = min(earlier, key=stops.get)
+    return summaries
 
 
 def _summary(rank: int, events: list[dict], primary: bool) -> dict:
@@ -59,6 +68,7 @@ def _summary(rank: int, events: list[dict], primary: bool) -> dict:
     }
     if failure is not None:
         summary["error"] = _failure_text(failure)
+        summary["failed_at"] = failure.get("t")
     return summary
 
 
@@ -91,11 +101,24 @@ def describe_rank(summary: dict) -> str:
         text = f"received NaN/Inf from another rank at step {found['step']} ({found['phase']})"
     elif found:
         text = f"NaN/Inf reached {found['reached']} at step {found['step']} ({found['phase']})"
+    elif "after_rank_stopped" in summary:
+        text = (f"stopped after {_steps(summary)}: it lost rank "
+                f"{summary['after_rank_stopped']}, which nandoctor had stopped at its NaN/Inf "
+                f"({_shortened(summary['error'])})")  # fmt: skip
     elif "error" in summary:
-        text = f"failed after {summary['steps_observed']} steps: {summary['error']}"
+        text = f"failed after {_steps(summary)}: {_shortened(summary['error'])}"
     elif summary["left_behind"]:
-        text = (f"stopped by nandoctor after {summary['steps_observed']} steps, waiting on a "
+        text = (f"stopped by nandoctor after {_steps(summary)}, waiting on a "
                 "rank that had stopped")  # fmt: skip
     else:
-        text = f"no NaN/Inf in {summary['steps_observed']} steps ({summary['ended']})"
+        text = f"no NaN/Inf in {_steps(summary)} ({summary['ended']})"
     return f"rank {summary['rank']}: {text}"
+
+
+def _shortened(text: str, limit: int = 90) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _steps(summary: dict) -> str:
+    count = summary["steps_observed"]
+    return f"{count} step{'s' if count != 1 else ''}"
