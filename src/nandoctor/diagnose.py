@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 import nandoctor
+from nandoctor.child.events import first_event
 from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_finite_through
 from nandoctor.config import Config
 from nandoctor.distributed import primary_rank, rank_summaries
@@ -143,21 +144,17 @@ def _with_localization(watch: RunOutcome, replay: RunOutcome, how: str) -> RunOu
     if not watch.ranks:
         events = _relocalized(watch.events, replay.nonfinite, how)
         return dataclasses.replace(watch, events=events)
-    ranks = {rank: _relocalized(events, _first_nonfinite(replay.ranks.get(rank, [])), how)
+    ranks = {rank: _relocalized(events, first_event(replay.ranks.get(rank, []), "nonfinite"), how)
              for rank, events in watch.ranks.items()}  # fmt: skip
     rank = primary_rank(ranks)  # localized births tell made from received
     return dataclasses.replace(watch, events=ranks[rank], ranks=ranks, rank=rank)
-
-
-def _first_nonfinite(events: list[dict]) -> dict | None:
-    return next((e for e in events if e["event"] == "nonfinite"), None)
 
 
 def _relocalized(events: list[dict], located: dict | None, how: str) -> list[dict]:
     """`events` with their NaN/Inf event replaced by the replay's localized one. What the watch
     saw stays when the replay did not localize it, and the watch's clock (`t`) stays too: it
     orders the ranks of one launch."""
-    seen = _first_nonfinite(events)
+    seen = first_event(events, "nonfinite")
     if seen is None or located is None or located.get("birth") is None:
         return events
     return [{**located, "localized": how, "t": seen.get("t")} if e is seen else e for e in events]

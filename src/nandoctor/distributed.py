@@ -1,18 +1,17 @@
 """The ranks of a torchrun launch: which one went wrong first, and what each of them saw.
 
 Every rank writes its own events. A NaN/Inf born on one rank reaches the others through the
-gradient all-reduce, one phase later (or a step later), so "first" orders by step, then by
-phase within the step, then by the wall clock the ranks share on one machine.
+gradient all-reduce, in the same phase or later, so "first" orders by step, then by whether the
+rank made the value or received it, then by phase within the step, then by the wall clock the
+ranks share on one machine.
 """
 
 from __future__ import annotations
 
+from nandoctor.child.events import first_event
+
 _PHASE_ORDER = {"data": 0, "forward": 1, "backward": 2, "optimizer": 3}
 _FAILURES = ("script_error", "script_exit", "internal_error")
-
-
-def _first(events: list[dict], kinds: tuple[str, ...]) -> dict | None:
-    return next((e for e in events if e["event"] in kinds), None)
 
 
 def _nonfinite_order(event: dict) -> tuple:
@@ -26,11 +25,11 @@ def primary_rank(events_by_rank: dict[int, list[dict]]) -> int:
     """The rank whose run tells the story: the first to see a NaN/Inf, else the first to
     fail, else rank 0."""
     nonfinite = {rank: e for rank, events in events_by_rank.items()
-                 if (e := _first(events, ("nonfinite",)))}  # fmt: skip
+                 if (e := first_event(events, "nonfinite"))}  # fmt: skip
     if nonfinite:
         return min(nonfinite, key=lambda rank: _nonfinite_order(nonfinite[rank]))
     failed = {rank: e for rank, events in events_by_rank.items()
-              if (e := _first(events, _FAILURES))}  # fmt: skip
+              if (e := first_event(events, *_FAILURES))}  # fmt: skip
     if failed:
         return min(failed, key=lambda rank: failed[rank].get("t", 0.0))
     return min(events_by_rank, default=0)
@@ -41,7 +40,7 @@ def rank_summaries(events_by_rank: dict[int, list[dict]], primary: int) -> list[
     summaries = [_summary(rank, events, rank == primary)
                  for rank, events in sorted(events_by_rank.items())]  # fmt: skip
     stops = {rank: e["t"] for rank, events in events_by_rank.items()
-             if (e := _first(events, ("nonfinite",))) and "t" in e}  # fmt: skip
+             if (e := first_event(events, "nonfinite")) and "t" in e}  # fmt: skip
     for summary in summaries:
         failed_at = summary.pop("failed_at", None)
         earlier = [r for r, t in stops.items() if r != summary["rank"] and failed_at
@@ -53,9 +52,9 @@ def rank_summaries(events_by_rank: dict[int, list[dict]], primary: int) -> list[
 
 def _summary(rank: int, events: list[dict], primary: bool) -> dict:
     steps = [e for e in events if e["event"] == "step"]
-    nonfinite = _first(events, ("nonfinite",))
-    failure = _first(events, _FAILURES)
-    end = _first(events, ("end",))
+    nonfinite = first_event(events, "nonfinite")
+    failure = first_event(events, *_FAILURES)
+    end = first_event(events, "end")
     summary = {
         "rank": rank,
         "first": primary,

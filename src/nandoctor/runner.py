@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import nandoctor
-from nandoctor.child.events import rank_events_path, read_events
+from nandoctor.child.events import first_event, rank_events_path, read_events
 from nandoctor.child.options import ChildOptions
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class RunOutcome:
         return [e for e in self.events if e["event"] == kind]
 
     def first(self, kind: str) -> dict | None:
-        return next((e for e in self.events if e["event"] == kind), None)
+        return first_event(self.events, kind)
 
     @property
     def steps(self) -> list[dict]:
@@ -186,8 +186,10 @@ class _EventStreams:
                            for rank in range(options.nproc_per_node)}  # fmt: skip
         self._offsets = dict.fromkeys(self._paths, 0)
         self.events: dict[int | None, list[dict]] = {rank: [] for rank in self._paths}
-        self._stopped_since: float | None = None
         self._grace_s = options.rank_grace_s
+        # kept up as events arrive: the polling loop asks after every read
+        self._stopped_since: float | None = None  # when nandoctor first stopped a rank
+        self._ended: set[int | None] = set()  # ranks that said goodbye
         self.left_behind: list[int] = []  # ranks stopped because another rank had stopped
 
     def read(self) -> list[dict]:
@@ -199,12 +201,16 @@ class _EventStreams:
                 fresh = [{**event, "rank": rank} for event in fresh]
             self.events[rank] += fresh
             fresh_all += fresh
+            if first_event(fresh, "end"):
+                self._ended.add(rank)
+            if self._stopped_since is None and any(map(_stopped_by_nandoctor, fresh)):
+                self._stopped_since = time.monotonic()
         return fresh_all
 
     def worker_pids(self) -> list[int]:
         """torchrun starts each rank in its own session: stopping the launcher's process group
         does not reach them."""
-        starts = (next((e for e in events if e["event"] == "start"), None)
+        starts = (first_event(events, "start")
                   for rank, events in self.events.items() if rank is not None)  # fmt: skip
         return [start["pid"] for start in starts if start and start.get("pid")]
 
@@ -213,17 +219,10 @@ class _EventStreams:
         forever in a collective it will never join: true when they still run a grace period
         on. A rank that finished on its own is the script's business (rank 0 evaluating
         alone, say)."""
-        if None in self._paths:
+        if None in self._paths or self._stopped_since is None:
             return False
-        if not any(_stopped_by_nandoctor(e) for events in self.events.values() for e in events):
-            return False
-        running = [rank for rank, events in self.events.items()
-                   if not any(e["event"] == "end" for e in events)]  # fmt: skip
-        if not running:
-            return False
-        if self._stopped_since is None:
-            self._stopped_since = time.monotonic()
-        if time.monotonic() - self._stopped_since <= self._grace_s:
+        running = [rank for rank in self.events if rank not in self._ended]
+        if not running or time.monotonic() - self._stopped_since <= self._grace_s:
             return False
         self.left_behind = running
         return True
@@ -235,7 +234,7 @@ class _EventStreams:
         from nandoctor.distributed import primary_rank
 
         for rank in self.left_behind:
-            if not any(e["event"] == "end" for e in self.events[rank]):
+            if rank not in self._ended:
                 self.events[rank].append({"event": "end", "outcome": "stopped", "rank": rank,
                                           "left_behind": True})  # fmt: skip
         outcome.ranks = self.events
@@ -256,15 +255,16 @@ def _stop(process: subprocess.Popen, worker_pids: list[int] = ()) -> None:
     left after a grace period."""
     groups = [process.pid, *worker_pids]
     for sig, grace in ((signal.SIGTERM, _KILL_GRACE_S), (signal.SIGKILL, None)):
-        _signal_groups(groups, sig)
+        signal_groups(groups, sig)
         if grace is None:
             process.wait()
         elif _wait(process, grace):
-            _signal_groups(groups, signal.SIGKILL)  # the groups may still hold orphaned workers
+            signal_groups(groups, signal.SIGKILL)  # the groups may still hold orphaned workers
             return
 
 
-def _signal_groups(groups: list[int], sig: signal.Signals) -> None:
+def signal_groups(groups: list[int], sig: signal.Signals) -> None:
+    """Signal each process group; one already gone is no error."""
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, sig)

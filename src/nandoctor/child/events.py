@@ -22,6 +22,11 @@ class EventWriter:
         self._file.flush()
 
 
+def first_event(events: list[dict], *kinds: str) -> dict | None:
+    """The first event of `events` whose kind is one of `kinds`."""
+    return next((e for e in events if e["event"] in kinds), None)
+
+
 def rank_events_path(path: str, rank: int) -> str:
     """Where rank `rank` of a multi-process launch writes the events of `path`."""
     stem, suffix = os.path.splitext(path)

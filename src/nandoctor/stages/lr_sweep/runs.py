@@ -3,7 +3,6 @@ the sweep no longer needs, and turn what each left behind into a `RunRecord`."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import re
@@ -13,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from nandoctor.child.options import ChildOptions
-from nandoctor.runner import RunOutcome, child_environment, run_child
+from nandoctor.runner import RunOutcome, child_environment, run_child, signal_groups
 from nandoctor.stages.lr_sweep.search import Planned, RunRecord
 from nandoctor.stages.lr_sweep.verdicts import Verdict, classify
 
@@ -128,9 +127,7 @@ class Pool:
             if run.kill_at is not None and run.pids and now > run.kill_at:
                 # Each child (each rank) leads its own process group: this reaches its
                 # DataLoader workers too, and nothing else.
-                for pid in run.pids:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(pid, signal.SIGKILL)
+                signal_groups(run.pids, signal.SIGKILL)
                 run.pids = []
 
     def shutdown(self) -> None:
