@@ -1,6 +1,7 @@
 """The CLI as a user meets it: bad input, exit codes, budgets, the script run as `python` would."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -67,12 +68,13 @@ def test_sys_exit_in_the_script(nandoctor, code, exit_code, status):
     assert result.report["run"]["steps_observed"] == 3
 
 
-def test_script_without_optimizer_still_gets_a_report(nandoctor):
+def test_a_script_that_updates_by_hand_counts_each_backward_as_a_step(nandoctor):
     result = nandoctor("run", "no_optimizer.py", *ANOMALY)
     assert result.exit_code == 0
-    assert result.report["run"]["steps_observed"] == 0
-    assert result.report["run"]["backward_calls"] == 3
-    assert "no optimizer step was observed" in result.stdout
+    run = result.report["run"]
+    assert run["backward_calls"] == 3
+    assert run["steps_observed"] == 3  # no torch.optim optimizer: one backward, one step
+    assert run["losses"] == [6.0, 6.0, 6.0] and all(g > 0 for g in run["grad_norms"])
 
 
 def test_timeout_stops_a_hanging_script(nandoctor):
@@ -82,10 +84,35 @@ def test_timeout_stops_a_hanging_script(nandoctor):
     assert result.report["run"]["steps_observed"] == 1
 
 
-def test_max_steps_bounds_the_watch(nandoctor):
+def test_a_budget_that_stops_a_finite_run_is_inconclusive_never_healthy(nandoctor):
     result = nandoctor("run", "healthy_mlp.py", *ANOMALY, "--max-steps", "7")
-    assert result.report["run"]["steps_observed"] == 7
-    assert result.report["run"]["ended"] == "stopped"
+    assert result.exit_code == 4
+    report = result.report
+    assert report["status"] == "inconclusive"
+    assert report["causes"] == []
+    assert report["run"]["steps_observed"] == 7
+    assert report["run"]["ended"] == "stopped"
+    assert report["run"]["budget"] == {"name": "max_steps", "steps": 7}
+    assert "inconclusive" in result.stdout and "--max-steps" in result.stdout
+
+
+def test_the_whole_run_is_watched_by_default_and_ending_cleanly_is_healthy(nandoctor):
+    result = nandoctor("run", "healthy_mlp.py", *ANOMALY, script_args=["--steps", "150"])
+    assert result.exit_code == 0
+    assert result.report["status"] == "healthy"
+    assert result.report["run"]["steps_observed"] == 150
+    assert result.report["run"]["ended"] == "finished"
+
+
+def test_a_failure_past_step_100_is_found_with_default_flags(nandoctor):
+    result = nandoctor("run", "late_corrupt_row.py")
+    assert result.exit_code == 1
+    report = result.report
+    assert report["status"] == "nonfinite"
+    assert report["run"]["steps_observed"] == 196  # the NaN reached the loss at step 196
+    top = report["causes"][0]
+    assert top["category"] == "data" and top["verified_fix"] is True
+    assert report["stages"]["lr_sweep"]["status"] == "skipped"
 
 
 def test_script_runs_as_python_would(tmp_path):
@@ -102,6 +129,28 @@ def test_script_runs_as_python_would(tmp_path):
     assert seen["path0"] == str(SCRIPTS)
     assert seen["batches"] == 8  # two epochs of four batches, through two DataLoader workers
     assert result.report["script"]["args"] == args
+
+
+@pytest.mark.parametrize("seed", ["0", "null"])
+def test_the_script_sees_the_sys_path_and_environment_plain_python_gives(tmp_path, seed):
+    user_dir = tmp_path / "user lib"
+    user_dir.mkdir()
+    extra = {"PYTHONPATH": str(user_dir), "MY_SETTING": "1"}
+    script = SCRIPTS / "env_probe.py"
+    plain_record, watched_record = tmp_path / "plain.json", tmp_path / "watched.json"
+    plain_env = {**os.environ, "COLUMNS": "160", **extra}  # what run_cli gives nandoctor
+    subprocess.run([sys.executable, str(script), "--record", str(plain_record)], env=plain_env,
+                   cwd=tmp_path, check=True, capture_output=True)  # fmt: skip
+    config = tmp_path / "seed.yaml"
+    config.write_text(f"watch:\n  seed: {seed}\n")
+    result = run_cli("run", str(script), *ANOMALY, "--config", str(config), "--",
+                     "--record", str(watched_record), cwd=tmp_path, env=extra)  # fmt: skip
+    assert result.exit_code == 0, result.stdout + result.stderr
+    plain, watched = json.loads(plain_record.read_text()), json.loads(watched_record.read_text())
+    assert watched["path"] == plain["path"]
+    assert watched["path"][1] == str(user_dir)  # the user's PYTHONPATH right after the script
+    assert watched["environ"] == plain["environ"]
+    assert watched["cwd"] == plain["cwd"]
 
 
 def test_unknown_stage_names_the_valid_ones(tmp_path):
@@ -145,3 +194,13 @@ def test_the_bundled_example_with_the_default_profile(tmp_path):
         "device_compare",
     }
     assert report["stages"]["lr_sweep"]["status"] == "skipped"
+
+
+def test_the_quick_profile_makes_no_re_run_of_the_script(nandoctor):
+    result = nandoctor("run", "log_zero_loss.py", "--profile", "quick")
+    assert result.exit_code == 1
+    report = result.report
+    assert report["run"]["localized"] == "in the watched run"  # per-op checks, no replay
+    assert report["first_nonfinite"]["op"] == "aten.log.default"
+    assert report["causes"] and all("verified_fix" not in c for c in report["causes"])
+    assert set(report["stages"]) == {"data_scan", "init_check", "anomaly"}

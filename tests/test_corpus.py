@@ -1,8 +1,10 @@
-"""The labelled accuracy corpus: the manifest matches the files (no nandoctor runs here)."""
+"""The labelled accuracy corpus: each split's manifest matches its files (no nandoctor runs
+here). The dev split is `corpus/manifest.yaml`, the test split `corpus/test/manifest.yaml`."""
 
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 
 from nandoctor.report.model import CATEGORIES as MODEL_CATEGORIES
@@ -13,13 +15,20 @@ CATEGORIES = set(MODEL_CATEGORIES)
 PHASES = {None, "data", "forward", "backward", "optimizer"}
 
 
-def _entries() -> list[dict]:
-    return yaml.safe_load((CORPUS / "manifest.yaml").read_text())["scripts"]
+SPLITS = {"dev": CORPUS, "test": CORPUS / "test"}
 
 
-def test_every_entry_points_at_a_script_and_a_real_culprit_line():
-    for entry in _entries():
-        script = CORPUS / entry["path"]
+def _entries(split: str = "dev") -> list[dict]:
+    manifest = SPLITS[split] / "manifest.yaml"
+    if not manifest.exists():
+        pytest.skip(f"no {split} split")
+    return yaml.safe_load(manifest.read_text())["scripts"]
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_every_entry_points_at_a_script_and_a_real_culprit_line(split):
+    for entry in _entries(split):
+        script = SPLITS[split] / entry["path"]
         assert script.is_file(), entry["path"]
         assert entry["category"] in CATEGORIES | {"healthy"}, entry
         assert entry.get("phase") in PHASES, entry
@@ -37,16 +46,26 @@ def test_every_entry_points_at_a_script_and_a_real_culprit_line():
             assert lines[line - 1].strip(), f"{entry['path']}:{line} is blank"
 
 
-def test_every_script_is_listed_once():
-    listed = [entry["path"] for entry in _entries()]
+@pytest.mark.parametrize("split", SPLITS)
+def test_every_script_is_listed_once(split):
+    listed = [entry["path"] for entry in _entries(split)]
     assert len(listed) == len(set(listed))
-    on_disk = {str(p.relative_to(CORPUS)) for p in CORPUS.glob("*/*.py")}
+    folder = SPLITS[split]
+    on_disk = {p.relative_to(folder).as_posix() for p in folder.glob("*/*.py")
+               if p.parent.name != "test"}  # fmt: skip
     assert on_disk == set(listed)
 
 
-def test_scripts_sit_in_the_folder_of_their_category():
-    for entry in _entries():
+@pytest.mark.parametrize("split", SPLITS)
+def test_scripts_sit_in_the_folder_of_their_category(split):
+    for entry in _entries(split):
         assert Path(entry["path"]).parts[0] == entry["category"], entry
+
+
+def test_every_test_script_cites_the_public_report_it_reproduces():
+    for entry in _entries("test"):
+        assert str(entry.get("source", "")).startswith("http"), entry
+        assert entry.get("fix"), entry
 
 
 def test_coverage_of_categories():

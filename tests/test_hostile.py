@@ -1,6 +1,7 @@
 """Scripts that fight back: each gets a clear outcome, the documented exit code, a report on
 disk, and no user file changed by any re-run."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -8,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -45,13 +47,95 @@ def test_ctrl_c_stops_the_child_and_writes_the_partial_report(tmp_path):
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert marker.exists(), "the script never reached its first step"
+    time.sleep(0.2)  # the marker is written, perhaps not yet closed
     process.send_signal(signal.SIGINT)
     stdout, _ = process.communicate(timeout=60)
     assert process.returncode == 130
     report = json.loads(report_path.read_text())
     validate_report(report)
     assert report["run"]["ended"] == "interrupted"
+    assert report["run"]["interrupted_by"] == "SIGINT"
     assert report["run"]["steps_observed"] == 1
+    assert _gone(int(marker.read_text()))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _start_in_own_temp(command: list[str], tmp_path):
+    """nandoctor with a temp folder of its own, so its scratch folders can be counted."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)  # fmt: skip
+    return process, temp
+
+
+def _scratch_left(temp) -> list[str]:
+    """nandoctor's own folders in the temp folder (torch keeps a compile cache there too)."""
+    return [path.name for path in temp.iterdir() if path.name.startswith("nandoctor")]
+
+
+def _wait_for(condition, seconds: float = 120) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.2)  # written, perhaps not yet closed
+    return condition()
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_stop_the_child_clean_up_and_write_the_report(tmp_path, sig, code):
+    marker, report_path = tmp_path / "stepped", tmp_path / "report.json"
+    command = [sys.executable, "-m", "nandoctor", "run", str(SCRIPTS / "hangs.py"), *ANOMALY,
+               "--json", str(report_path), "--", str(marker)]  # fmt: skip
+    process, temp = _start_in_own_temp(command, tmp_path)
+    assert _wait_for(marker.exists), "the script never reached its first step"
+    process.send_signal(sig)
+    process.communicate(timeout=60)
+    assert process.returncode == code
+    report = json.loads(report_path.read_text())
+    validate_report(report)
+    assert report["run"]["ended"] == "interrupted"
+    assert report["run"]["interrupted_by"] == sig.name
+    assert _gone(int(marker.read_text())), "the watched script is still running"
+    assert _scratch_left(temp) == [], "scratch folders were left behind"
+
+
+def _children(pid: int) -> list[int]:
+    """Child processes of `pid`, from /proc (Linux)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_sigterm_during_a_sweep_ends_every_candidate(tmp_path):
+    report_path = tmp_path / "report.json"
+    command = [sys.executable, "-m", "nandoctor", "sweep-lr",
+               str(SCRIPTS / "hangs_below_full_lr.py"), "--jobs", "2", "--json", str(report_path)]  # fmt: skip
+    process, temp = _start_in_own_temp(command, tmp_path)
+    # the watched run and its replay run one at a time; two children at once are candidates
+    assert _wait_for(lambda: len(_children(process.pid)) >= 2), "no two candidates were running"
+    candidates = _children(process.pid)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode == 143
+    report = json.loads(report_path.read_text())
+    validate_report(report)
+    assert report["run"]["interrupted_by"] == "SIGTERM"
+    assert all(_gone(pid) for pid in candidates), "a sweep candidate is still running"
+    assert _scratch_left(temp) == [], "scratch folders were left behind"
 
 
 def test_paths_with_spaces_and_non_ascii(tmp_path):

@@ -467,6 +467,24 @@ def test_a_healthy_run_is_not_swept(nandoctor, config):
     result = nandoctor("run", "healthy_mlp.py", "--stages", "anomaly,lr_sweep", *config())
     assert result.exit_code == 0, result.stdout + result.stderr
     sweep = result.report["stages"]["lr_sweep"]
-    assert sweep["status"] == "ran" and sweep["conclusion"] == "not_implicated"
-    assert "not implicated" in sweep["summary"]
+    assert sweep["status"] == "skipped" and "stayed finite" in sweep["summary"]
     assert result.report["causes"] == [] and not result.report["findings"]
+
+
+def test_sweep_lr_judges_a_healthy_run_not_implicated_without_re_running_it(nandoctor, config):
+    result = nandoctor("sweep-lr", "healthy_mlp.py", *config())
+    assert result.exit_code == 0, result.stdout + result.stderr
+    sweep = result.report["stages"]["lr_sweep"]
+    assert sweep["status"] == "ran" and sweep["conclusion"] == "not_implicated"
+    assert [run["multiplier"] for run in sweep["runs"]] == [1.0]
+
+
+def test_hand_written_updates_are_steps_and_the_sweep_says_why_it_cannot_scale_them(nandoctor):
+    result = nandoctor("run", "hand_sgd_diverges.py")
+    assert result.exit_code == 1
+    report = result.report
+    losses = report["run"]["losses"]
+    assert len(losses) == 4 and losses[-1] > 1e30  # four hand-made steps, the loss exploding
+    sweep = report["stages"]["lr_sweep"]
+    assert sweep["status"] == "skipped" and "no torch.optim optimizer" in sweep["summary"]
+    assert report["causes"][0]["category"] == "learning_rate"

@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from nandoctor.errors import NonFiniteError
 from nandoctor.report.model import FirstNonfinite
 
-_UNBOUNDED_STEPS = 2**62
-
 
 class _NoEvents:
     def emit(self, kind: str, **fields) -> None:
@@ -53,9 +51,9 @@ def _session(detect: bool, model=None, optimizer=None):
     from nandoctor.child.options import ChildOptions
     from nandoctor.child.session import WatchSession
 
-    options = ChildOptions(script="", args=[], events_path="", max_steps=_UNBOUNDED_STEPS,
-                           detect=detect)  # fmt: skip
-    session = WatchSession(options, _NoEvents(), on_nonfinite=_raise_nonfinite)
+    options = ChildOptions(script="", args=[], events_path="", detect=detect)
+    session = WatchSession(options, _NoEvents(), on_nonfinite=_raise_nonfinite,
+                           steps_by_backward=False)  # fmt: skip
     if model is not None:
         session.modules.adopt(model)
     if optimizer is not None:

@@ -36,7 +36,9 @@ def _root() -> None:
     """Find why a PyTorch training run goes NaN/Inf: `nandoctor run train.py [-- script args]`.
 
     Exit codes: 0 healthy, 1 NaN/Inf found, 2 bad usage or unreadable input,
-    3 the script failed for another reason or timed out, 130 interrupted (Ctrl-C).
+    3 the script failed for another reason or timed out, 4 inconclusive (a budget stopped
+    the script before it ended, nothing non-finite seen), 130 interrupted (Ctrl-C),
+    143 terminated (SIGTERM), 129 hung up (SIGHUP).
     """
 
 
@@ -78,4 +80,7 @@ register_commands(app)
 
 
 def main() -> None:
+    from nandoctor import interrupts
+
+    interrupts.install()
     app()

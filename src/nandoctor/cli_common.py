@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -12,10 +13,12 @@ EXIT_HEALTHY = 0
 EXIT_NONFINITE = 1
 EXIT_USAGE = 2
 EXIT_SCRIPT_FAILED = 3
-EXIT_INTERRUPTED = 130
+EXIT_INCONCLUSIVE = 4
+# Interrupted: 128 + the signal's number (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), from interrupts.
 EXIT_BY_STATUS = {
     "healthy": EXIT_HEALTHY,
     "nonfinite": EXIT_NONFINITE,
+    "inconclusive": EXIT_INCONCLUSIVE,
     "script_error": EXIT_SCRIPT_FAILED,
     "timeout": EXIT_SCRIPT_FAILED,
 }
@@ -37,10 +40,18 @@ ConfigOption = Annotated[
     Path | None, typer.Option("--config", help="YAML file on top of the profile.")
 ]
 MaxStepsOption = Annotated[
-    int | None, typer.Option("--max-steps", min=1, help="Optimizer steps to watch before stopping.")
+    int | None,
+    typer.Option(
+        "--max-steps",
+        min=1,
+        help="Stop the script after this many optimizer steps "
+        "(default: watch the whole run); a finite run stopped early is inconclusive, "
+        "exit code 4.",
+    ),
 ]
 TimeoutOption = Annotated[
-    float | None, typer.Option("--timeout", min=1, help="Wall-clock limit of one run, seconds.")
+    float | None,
+    typer.Option("--timeout", min=1, help="Wall-clock limit of one run, seconds (default: none)."),
 ]
 
 NprocOption = Annotated[
@@ -118,18 +129,25 @@ def write_shareable(report, path: Path) -> None:
 
 
 def finish(report, json_path: Path | None, report_path: Path | None = None) -> None:
-    """Print the report, write the JSON (and Markdown/HTML), exit with the status's code."""
+    """Write the JSON (and Markdown/HTML), print the report, exit with the status's code.
+
+    The files come first: after SIGHUP the terminal may be gone, and the JSON must not be."""
+    from nandoctor import interrupts
     from nandoctor.report.console import render_report
     from nandoctor.report.json_report import write_json
 
-    render_report(report, Console())
-    err = Console(stderr=True)
+    written = []
     for path, write in ((json_path, write_json), (report_path, write_shareable)):
         if path is not None:
             write(report, path)
+            written.append(path)
+    with contextlib.suppress(OSError):  # a closed terminal: the files are what is left
+        render_report(report, Console())
+        err = Console(stderr=True)
+        for path in written:
             err.print(f"report written to {path}", style="dim", highlight=False)
     if report.run.get("ended") == "interrupted":
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(interrupts.exit_code())
     raise typer.Exit(EXIT_BY_STATUS[report.status])
 
 

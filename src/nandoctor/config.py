@@ -23,9 +23,13 @@ DEFAULT_PROFILE = "standard"
 class WatchSettings:
     """The watched run of the script that every stage starts from."""
 
-    max_steps: int = 100  # optimizer steps watched before the script is stopped
-    timeout_s: float = 900.0  # wall-clock limit of one run of the script
-    seed: int = 0  # forced on torch, random and numpy before the script starts
+    # Budgets; None watches the whole run, until the script ends or the first NaN/Inf that
+    # matters. A budget that stops a finite run makes the verdict `inconclusive`, never healthy.
+    max_steps: int | None = None  # optimizer steps watched before the script is stopped
+    timeout_s: float | None = None  # wall-clock limit of one run of the script
+    # Forced on torch, random and numpy (and PYTHONHASHSEED=0) before the script starts, so
+    # every re-run sees the same batches; None leaves seeding to the script alone.
+    seed: int | None = 0
     threads: int | None = None  # torch intra-op threads in child runs (None: torch's default)
     # "replay": watch cheaply (loss/grad/param checks per step), and when a NaN/Inf appears at
     # step K, replay the script with per-op localization from step K-1. "always": per-op

@@ -11,13 +11,20 @@ import time
 from collections.abc import Callable
 
 import nandoctor
+from nandoctor import interrupts
 from nandoctor.child.events import first_event
 from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_finite_through
 from nandoctor.config import Config
 from nandoctor.distributed import primary_rank, rank_summaries
 from nandoctor.ranking import RunFacts, apply_causal_rules, rank_causes
 from nandoctor.report.model import Location, Report, StageResult
-from nandoctor.runner import RunOutcome, rerun_options, run_child, script_options
+from nandoctor.runner import (
+    RunOutcome,
+    rerun_options,
+    rerun_timeout_s,
+    run_child,
+    script_options,
+)
 from nandoctor.stages import StageContext, StageOutcome
 from nandoctor.target import Target
 from nandoctor.verify import verify_findings
@@ -50,7 +57,7 @@ def watch_script(
         return watch
     from_step = max(0, failure["step"] - 1)
     progress(f"replaying step {failure['step']} with per-op checks…")
-    replay = _replay(target, config, workdir, from_step=from_step)
+    replay = _replay(target, config, workdir, watch, from_step=from_step)
     if replay.interrupted:
         watch.interrupted = True
         return watch
@@ -60,7 +67,7 @@ def watch_script(
         return _only_compiled(watch, replay)  # a replay from step 0 would run eagerly too
     if from_step > 0 and not _broken(replay):
         progress("the replay differed; localizing with per-op checks from the start…")
-        replay = _replay(target, config, workdir, from_step=0)
+        replay = _replay(target, config, workdir, watch, from_step=0)
         if replay.nonfinite is not None and replay.nonfinite.get("birth"):
             located = _with_localization(watch, replay, "from the start")
             return _noting_eager_replay(located)
@@ -123,12 +130,15 @@ def _watch_options(target: Target, config: Config, probes: list[str], detect: bo
     return script_options(target, config, probes=probes, detect=detect, extra=extra)
 
 
-def _replay(target: Target, config: Config, workdir: str, from_step: int) -> RunOutcome:
-    """Run the script again with per-op checks from `from_step`."""
+def _replay(
+    target: Target, config: Config, workdir: str, watch: RunOutcome, from_step: int
+) -> RunOutcome:
+    """Run the script again with per-op checks from `from_step`, up to the watched failure."""
     options = rerun_options(target, config, workdir, "replay", detect=True,
                             detect_from_step=from_step)  # fmt: skip
-    return run_child(options, workdir, timeout_s=config.watch.timeout_s,
-                     name=f"replay-from-{from_step}")  # fmt: skip
+    # per-op checks cost up to a few times a plain step: the limit allows for them
+    timeout_s = rerun_timeout_s(config, watch, 2 * (watch.nonfinite["step"] + 1))
+    return run_child(options, workdir, timeout_s=timeout_s, name=f"replay-from-{from_step}")
 
 
 def _reproduces(replay: RunOutcome, failure: dict) -> bool:
@@ -165,6 +175,8 @@ def run_status(watch: RunOutcome) -> str:
         return "nonfinite"
     if watch.timed_out:
         return "timeout"
+    if watch.first("budget_reached") is not None:
+        return "inconclusive"  # the script did not end: what came after was never seen
     if (
         watch.interrupted
         or watch.crashed
@@ -181,6 +193,7 @@ def describe_run(watch: RunOutcome) -> dict:
     error = watch.first("script_error")
     exit_event = watch.first("script_exit")
     internal = watch.first("internal_error")
+    budget = watch.first("budget_reached")
     run = {
         "steps_observed": len(watch.steps),
         "backward_calls": end.get("backward_calls", 0),
@@ -193,6 +206,8 @@ def describe_run(watch: RunOutcome) -> dict:
             watch.nonfinite.get("localized", "in the watched run") if watch.nonfinite else None
         ),
     }
+    if budget:
+        run["budget"] = {"name": budget["budget"], "steps": budget["steps"]}
     if watch.ranks:
         run["ranks"] = rank_summaries(watch.ranks, watch.rank)
     if error:
@@ -233,7 +248,7 @@ def run_stages(context: StageContext, stages: tuple[str, ...], progress) -> bool
     interrupted = context.watch.interrupted
     for name in stages:
         if interrupted:
-            context.earlier[name] = StageOutcome(StageResult("skipped", "interrupted (Ctrl-C)"))
+            context.earlier[name] = StageOutcome(StageResult("skipped", _interrupted()))
             continue
         progress(f"{name}…")
         started = time.monotonic()
@@ -241,13 +256,17 @@ def run_stages(context: StageContext, stages: tuple[str, ...], progress) -> bool
             outcome = stage_module(name).run(context)
         except KeyboardInterrupt:
             interrupted = True
-            outcome = StageOutcome(StageResult("failed", "interrupted (Ctrl-C)"))
+            outcome = StageOutcome(StageResult("failed", _interrupted()))
         except Exception as error:  # one stage's failure must not cost the others their say
             outcome = StageOutcome(StageResult("failed", f"{type(error).__name__}: {error}"))
         # A stage that reads the watched run counts that run's time as its own.
         outcome.result.duration_s = (outcome.result.duration_s or 0.0) + time.monotonic() - started
         context.earlier[name] = outcome
     return not interrupted
+
+
+def _interrupted() -> str:
+    return f"interrupted ({interrupts.received() or 'Ctrl-C'})"
 
 
 def diagnose(
@@ -268,15 +287,17 @@ def diagnose(
         context = StageContext(target, config, workdir, watch, progress=progress)
         completed = run_stages(context, config.stages, progress)
         findings = [f for outcome in context.earlier.values() for f in outcome.findings]
-        findings = apply_causal_rules(findings, run_facts(watch))
-        if completed:
-            try:
+        try:
+            findings = apply_causal_rules(findings, run_facts(watch))
+            if completed:
                 findings = verify_findings(context, findings)
-            except KeyboardInterrupt:
-                completed = False
+        except KeyboardInterrupt:  # the report is written with what the stages found
+            completed = False
         report = build_report(target, watch, context, findings)
         if not completed:
             report.run["ended"] = "interrupted"
+        if report.run["ended"] == "interrupted":
+            report.run["interrupted_by"] = interrupts.received() or "SIGINT"
         return report
     finally:
         if not keep_workdir:
@@ -297,6 +318,10 @@ def run_facts(watch: RunOutcome) -> RunFacts:
     )
 
 
+# Statuses of runs that saw no NaN/Inf and no failure: causes need a failure to explain.
+_NOTHING_NONFINITE = ("healthy", "inconclusive")
+
+
 def build_report(
     target: Target, watch: RunOutcome, context: StageContext, findings: list
 ) -> Report:
@@ -310,7 +335,7 @@ def build_report(
         first_nonfinite=first,
         # The schema's contract: no causes for a healthy run. What stages flagged anyway is
         # kept as findings (warnings in the report), never promoted to a cause.
-        causes=[] if status == "healthy" else rank_causes(findings),
+        causes=[] if status in _NOTHING_NONFINITE else rank_causes(findings),
         stages={name: outcome.result for name, outcome in context.earlier.items()},
         environment=environment(watch),
         run=describe_run(watch),

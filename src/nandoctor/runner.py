@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -14,14 +15,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import nandoctor
+from nandoctor import interrupts
 from nandoctor.child.events import first_event, rank_events_path, read_events
-from nandoctor.child.options import ChildOptions
+from nandoctor.child.options import USER_ENVIRONMENT, ChildOptions
 
 if TYPE_CHECKING:
     from nandoctor.config import Config
     from nandoctor.target import Target
 
 _KILL_GRACE_S = 5.0
+_RERUN_STARTUP_S = 60.0  # interpreter, torch import and the script's own set-up
 _POLL_S = 0.1
 
 
@@ -97,12 +100,30 @@ def rerun_options(
     return script_options(target, config, **fields)
 
 
-def child_environment() -> dict[str, str]:
+def rerun_timeout_s(config: Config, watch: RunOutcome, steps: int) -> float:
+    """A re-run's wall-clock limit: 60 s plus three times what the watched run took for `steps`
+    steps, and never more than the user's `--timeout`. With no `--timeout` the watched run has
+    no limit, but a re-run (a fix applied, a smaller learning rate) may hang where the original
+    did not, and must not hold the report forever."""
+    per_step = watch.duration_s / max(1, len(watch.steps))
+    derived = _RERUN_STARTUP_S + 3 * steps * per_step
+    limit = config.watch.timeout_s
+    return derived if limit is None else min(limit, derived)
+
+
+# What the interpreter must read at start-up; the child's bootstrap puts the user's own values
+# back into os.environ before the script runs (USER_ENVIRONMENT holds them), so the script and
+# whatever it starts see the environment `python train.py` would.
+_UNBUFFERED = {"PYTHONUNBUFFERED": "1"}  # the log keeps the last lines of a crashed run
+_HASH_SEEDED = {"PYTHONHASHSEED": "0"}  # set and dict-of-str orders, the same in every run
+
+
+def child_environment(seeded: bool = True) -> dict[str, str]:
+    """The user's environment, plus what the child's interpreter must find at start-up."""
     env = dict(os.environ)
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(nandoctor.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-    env["PYTHONHASHSEED"] = "0"  # set iteration order in user code, same in every run
-    env["PYTHONUNBUFFERED"] = "1"
+    startup = {**_UNBUFFERED, **(_HASH_SEEDED if seeded else {})}
+    env[USER_ENVIRONMENT] = json.dumps({name: env.get(name) for name in startup})
+    env.update(startup)
     return env
 
 
@@ -132,7 +153,7 @@ def run_child(
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=sink if sink else None,
-            env=env or child_environment(),
+            env=env or child_environment(seeded=options.seed is not None),
             start_new_session=True,  # one process group: DataLoader workers die with it
         )
         try:
@@ -143,7 +164,10 @@ def run_child(
                         on_event(event)
                 if done:
                     break
-                if timeout_s is not None and time.monotonic() - started > timeout_s:
+                if interrupts.stop_requested():  # a signal reached nandoctor: in a worker
+                    outcome.interrupted = True  # thread, no KeyboardInterrupt reaches here
+                    _stop(process, streams.worker_pids())
+                elif timeout_s is not None and time.monotonic() - started > timeout_s:
                     outcome.timed_out = True
                     _stop(process, streams.worker_pids())
                 elif streams.ranks_left_behind():
@@ -164,13 +188,27 @@ def _stopped_by_nandoctor(event: dict) -> bool:
     )
 
 
+# The child starts from `python -c`, so its sys.path is the one `python train.py` has (the
+# bootstrap puts the script's folder first); nandoctor's own folder is appended, after
+# everything else, only when the interpreter cannot import nandoctor by itself (a source
+# checkout run through PYTHONPATH, say), where it shadows nothing.
+_BOOTSTRAP = """\
+import importlib.util, sys
+if importlib.util.find_spec("nandoctor") is None:
+    sys.path.append({root!r})
+from nandoctor.child.bootstrap import main
+main()
+"""
+
+
 def _launch_command(options: ChildOptions, options_path: str) -> list[str]:
-    child = ["-m", "nandoctor.child", options_path]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(nandoctor.__file__)))
+    child = [sys.executable, "-c", _BOOTSTRAP.format(root=root), options_path]
     if options.nproc_per_node <= 1:
-        return [sys.executable, *child]
+        return child
     # PyTorch's own launcher sets RANK, LOCAL_RANK, WORLD_SIZE and the rendezvous for each
     # process, exactly as `torchrun --standalone --nproc-per-node N train.py` would.
-    launcher = ["-m", "torch.distributed.run", "--standalone",
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--no-python",
                 f"--nproc-per-node={options.nproc_per_node}"]  # fmt: skip
     return [sys.executable, *launcher, *child]
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from nandoctor.ranking import rank_causes
 from nandoctor.report.model import Finding
-from nandoctor.runner import RunOutcome, rerun_options, run_child
+from nandoctor.runner import RunOutcome, rerun_options, rerun_timeout_s, run_child
 from nandoctor.stages import StageContext
 
 _DIVERGED_FACTOR = 10.0  # a treated run whose last loss is this far above its best diverged
@@ -34,18 +34,20 @@ def describe_remedy(remedy: dict) -> str:
 
 
 def horizon(context: StageContext) -> int:
-    """Steps a fixed run must stay finite: well past the original failure."""
+    """Steps a fixed run must stay finite: well past the original failure. Not capped by the
+    watch's `--max-steps`: that budget stops the search for a failure, and a fix that held for
+    fewer steps than the failure took proves nothing."""
     settings = context.config.verify
     failure = context.watch.nonfinite
     failed_at = failure["step"] if failure else len(context.watch.steps)
-    wanted = max(settings.min_steps, math.ceil(settings.steps_factor * (failed_at + 1)))
-    return min(wanted, context.config.watch.max_steps)
+    return max(settings.min_steps, math.ceil(settings.steps_factor * (failed_at + 1)))
 
 
 def _treated_run(context: StageContext, remedy: dict, steps: int, name: str) -> RunOutcome:
     options = rerun_options(context.target, context.config, context.workdir, name,
                             max_steps=steps, remedy=remedy)  # fmt: skip
-    return run_child(options, context.workdir, timeout_s=context.config.watch.timeout_s, name=name)
+    timeout_s = rerun_timeout_s(context.config, context.watch, steps)
+    return run_child(options, context.workdir, timeout_s=timeout_s, name=name)
 
 
 def _verdict(run: RunOutcome, steps: int, remedy: dict) -> tuple[bool, str]:

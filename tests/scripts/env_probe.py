@@ -1,5 +1,6 @@
-"""Healthy: records how it was run (argv, __name__, cwd, sys.path[0]) and trains from a
-DataLoader with two worker processes, so tests can check nandoctor runs it like `python`."""
+"""Healthy: records how it was run (argv, __name__, cwd, sys.path, the environment) and trains
+from a DataLoader with two worker processes, so tests can check nandoctor runs it like
+`python`."""
 
 import json
 import os
@@ -13,6 +14,8 @@ record = {
     "name": __name__,
     "cwd": os.getcwd(),
     "path0": sys.path[0],
+    "path": sys.path,
+    "environ": dict(os.environ),
 }
 out_path = sys.argv[sys.argv.index("--record") + 1]
 

@@ -1,6 +1,7 @@
 """Trains one step, then hangs (a deadlocked data pipeline, say). With a path argument, it
-touches that file once the step is done."""
+writes its process id into that file once the step is done."""
 
+import os
 import sys
 import time
 
@@ -12,5 +13,6 @@ loss = model(torch.randn(4, 2)).pow(2).mean()
 loss.backward()
 optimizer.step()
 if len(sys.argv) > 1:
-    open(sys.argv[1], "w").close()
+    with open(sys.argv[1], "w") as marker:
+        marker.write(str(os.getpid()))
 time.sleep(600)

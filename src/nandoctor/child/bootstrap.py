@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import random
@@ -11,10 +12,11 @@ import time
 import traceback
 
 from nandoctor.child.events import EventWriter
-from nandoctor.child.options import ChildOptions
+from nandoctor.child.options import USER_ENVIRONMENT, ChildOptions
 
 
 def main() -> None:
+    _restore_user_environment()
     options = ChildOptions.load(sys.argv[1])
     events = EventWriter(options.events_path_of_this_process())
     started = time.monotonic()
@@ -35,6 +37,17 @@ def main() -> None:
                 duration_s=round(time.monotonic() - started, 3))  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+def _restore_user_environment() -> None:
+    """The user's values of what this interpreter needed at start-up (PYTHONHASHSEED,
+    PYTHONUNBUFFERED): the script and what it starts see the environment `python` gives."""
+    saved = os.environ.pop(USER_ENVIRONMENT, None)
+    for name, value in json.loads(saved or "{}").items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _instrument(options: ChildOptions, events: EventWriter):

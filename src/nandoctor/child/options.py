@@ -6,13 +6,17 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
+# The user's own values of the variables nandoctor sets for the child's interpreter (JSON,
+# null for unset): the child restores them before the script starts.
+USER_ENVIRONMENT = "NANDOCTOR_USER_ENVIRONMENT"
+
 
 @dataclass
 class ChildOptions:
     script: str
     args: list[str]
     events_path: str
-    max_steps: int = 50
+    max_steps: int | None = None  # None: no step budget
     seed: int | None = 0
     threads: int | None = None
     detect: bool = True  # per-op localization (slower) instead of step-level checks only

@@ -14,6 +14,7 @@ from nandoctor.child.events import EventWriter
 from nandoctor.child.options import ChildOptions
 from nandoctor.instrument.detector import Birth, NonfiniteDetector, StopRun
 from nandoctor.instrument.frames import SourceLine, find_construction_frame, find_user_frame
+from nandoctor.instrument.graph import leaves_reached_by
 from nandoctor.instrument.hooks import HookSet
 from nandoctor.instrument.modules import ModuleTracker
 from nandoctor.instrument.tensors import (
@@ -42,7 +43,11 @@ class WatchSession:
     """Everything the instrumentation shares while the user's script runs."""
 
     def __init__(
-        self, options: ChildOptions, events: EventWriter, on_nonfinite: Callable | None = None
+        self,
+        options: ChildOptions,
+        events: EventWriter,
+        on_nonfinite: Callable | None = None,
+        steps_by_backward: bool = True,
     ) -> None:
         self.options = options
         self.events = events
@@ -58,6 +63,9 @@ class WatchSession:
         # What happens when a NaN/Inf reaches something: a child run stops; the in-process
         # API (nandoctor.guard) raises NonFiniteError instead.
         self.on_nonfinite: Callable[[dict], None] = on_nonfinite or self._stop_run
+        # Count backward passes as steps while no optimizer exists (a child run sees every
+        # optimizer built; the in-process API may watch one built before it started).
+        self.steps_by_backward = steps_by_backward
         self.uses_grad_scaler = False
         self._detecting = False
         self._compile_noted = False
@@ -73,6 +81,8 @@ class WatchSession:
         self._losses: list[float] = []
         self._grad_norm: float | None = None
         self._param_names: dict[int, str] = {}
+        # Leaves the running backward pass writes gradients into, modules' or not.
+        self._backward_leaves: list[torch.Tensor] = []
         self.on_batch: list = []  # probes of stages that look at every batch
 
     # ---- what the detector asks -------------------------------------------------------------
@@ -159,6 +169,7 @@ class WatchSession:
         self._stop_if_asked()
         self.backward_call = find_user_frame()
         self.backward_calls += 1
+        self._backward_leaves = leaves_reached_by(list(iter_tensors(tensors)))
         if not self.uses_grad_scaler:  # with a scaler, the loss was checked before scaling
             self._note_loss_scale(tensors)
             self._check_loss(tensors)
@@ -238,6 +249,9 @@ class WatchSession:
                 self._check_grads()  # gradients found non-finite here count as backward's
         finally:
             self._in_backward = False
+            self._backward_leaves = []
+        if self._updates_by_hand and not self.stopping:
+            self._finish_step([])  # the learning rate lives in the script's own code
 
     def _before_step(self, optimizer) -> None:
         self._stop_if_asked()
@@ -258,24 +272,28 @@ class WatchSession:
                 self._report(bad, f"parameter {self._name(bad)}", bad)
         self._in_optimizer = False
         if self._clock is not None and self._clock() is optimizer:
-            self._finish_step(optimizer)
+            self._finish_step([_as_float(group.get("lr")) for group in optimizer.param_groups])
 
-    def _finish_step(self, optimizer) -> None:
+    @property
+    def _updates_by_hand(self) -> bool:
+        """A script that never builds a torch.optim optimizer updates its parameters itself
+        (`p.data.add_(p.grad, alpha=-lr)`): then one backward pass is one step."""
+        return self.steps_by_backward and not self._constructed and self._clock is None
+
+    def _finish_step(self, lrs: list[float | None]) -> None:
         losses, self._losses = self._losses, []
         self.events.emit(
             "step",
             step=self.step,
             loss=sum(losses) / len(losses) if losses else None,
             grad_norm=self._grad_norm,
-            lr=[_as_float(group.get("lr")) for group in optimizer.param_groups],
+            lr=lrs,
         )
         self.step += 1
         self._forward_this_step = False
         self._activate_detector_at(self.step)
-        if self.step >= self.options.max_steps:
-            self.events.emit(
-                "note", text=f"stopped after {self.step} optimizer steps (--max-steps)"
-            )
+        if self.options.max_steps is not None and self.step >= self.options.max_steps:
+            self.events.emit("budget_reached", budget="max_steps", steps=self.step)
             self.stopping = True
             raise StopRun("step budget reached")
 
@@ -333,12 +351,15 @@ class WatchSession:
         return [p for group in optimizer.param_groups for p in group["params"]]
 
     def _all_params(self) -> list[torch.Tensor]:
+        """Everything a gradient can reach: the parameters of every optimizer and model seen,
+        and the bare leaves (`requires_grad=True` tensors) of the running backward pass."""
         seen: dict[int, torch.Tensor] = {}
-        for ref in self._optimizers:
+        for ref in (*self._optimizers, *self._constructed):
             if (optimizer := ref()) is not None:
                 seen.update((id(p), p) for p in self._params_of(optimizer))
         for root in self.modules.roots:
             seen.update((id(p), p) for p in root.parameters())
+        seen.update((id(p), p) for p in self._backward_leaves)
         return list(seen.values())
 
     def _name(self, param: torch.Tensor) -> str:

@@ -25,7 +25,7 @@ def sweep_overrides(
     steps: int | None, halvings: int | None, jobs: int | None, timeout: float | None
 ) -> dict:
     """Config overrides from the command's flags: the stages, and the `lr_sweep:` section."""
-    sweep: dict = {}
+    sweep: dict = {"when_finite": True}
     watch: dict = {}
     if steps is not None:
         # The watched run looks as far as the candidates may: a failure it cannot see is one

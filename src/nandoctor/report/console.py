@@ -14,6 +14,7 @@ from nandoctor.report.text import where as _where
 _VERDICT_STYLE = {
     "healthy": "green",
     "nonfinite": "red",
+    "inconclusive": "yellow",
     "script_error": "yellow",
     "timeout": "yellow",
 }

@@ -15,7 +15,7 @@ body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; 
 h1 { font-size: 1.4rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
 .verdict { font-weight: bold; padding: .6rem .8rem; border-radius: 6px; }
 .healthy { background: #e6f4ea; color: #1e7b34; } .nonfinite { background: #fde8e8; color: #b42318; }
-.script_error, .timeout { background: #fff4e5; color: #8a5300; }
+.script_error, .timeout, .inconclusive { background: #fff4e5; color: #8a5300; }
 table { border-collapse: collapse; margin: .5rem 0; } td, th { padding: .25rem .6rem;
         border-bottom: 1px solid #eee; text-align: left; vertical-align: top; }
 code, pre { font-family: ui-monospace, monospace; background: #f5f5f5; border-radius: 4px; }

@@ -54,8 +54,8 @@ def render_markdown(report: Report) -> str:
         lines += ["## Causes, most likely first", ""]
         for cause in report.causes:
             lines += _cause(cause)
-    elif report.status == "healthy":
-        lines += [f"{VERDICTS['healthy']}. No cause.", ""]
+    elif report.status in ("healthy", "inconclusive"):
+        lines += [f"{VERDICTS[report.status]}. No cause.", ""]
     charts = [line_chart_mermaid(list(f.series), title=f.title, y_label=f.y_label)
               for f in figures(report)]  # fmt: skip
     if any(charts):

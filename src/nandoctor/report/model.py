@@ -101,7 +101,7 @@ class StageResult:
 class Report:
     script_path: str
     script_args: list[str]
-    status: str  # healthy | nonfinite | script_error | timeout
+    status: str  # healthy | nonfinite | inconclusive | script_error | timeout
     first_nonfinite: FirstNonfinite | None
     causes: list[Cause]
     stages: dict[str, StageResult]

@@ -8,6 +8,7 @@ from nandoctor.report.model import Location, Report
 VERDICTS = {
     "healthy": "healthy: no NaN/Inf reached the loss, a gradient or a parameter",
     "nonfinite": "NaN/Inf found",
+    "inconclusive": "inconclusive: no NaN/Inf so far, but the script was stopped before it ended",
     "script_error": "the script failed before any NaN/Inf was seen",
     "timeout": "the script hit the time limit",
 }
@@ -22,6 +23,12 @@ def verdict_line(report: Report) -> str:
             verdict += f" on rank {first.rank} of {len(report.run.get('ranks', []))}"
     if error := report.run.get("script_error"):
         verdict = f"the script raised {error.get('type')} before any NaN/Inf was seen"
+    if report.status == "inconclusive" and (budget := report.run.get("budget")):
+        verdict = (
+            f"inconclusive: no NaN/Inf in {budget['steps']} optimizer steps, but the "
+            f"--max-steps budget stopped the script before it ended; raise it or drop it to "
+            "watch the whole run"
+        )
     return verdict
 
 

@@ -65,7 +65,10 @@ def shadow_run(context: StageContext, shadow_options: dict) -> ShadowRun:
 def run_level_comparison(context: StageContext, steps: int, loss_rtol: float, device: str) -> dict:
     """The script for `steps` steps with CUDA hidden and on `device`, same seed: losses and the
     first non-finite step of each side."""
-    hidden = {**child_environment(), "CUDA_VISIBLE_DEVICES": ""}
+    hidden = {
+        **child_environment(seeded=context.config.watch.seed is not None),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     sides = {}
     for side, env in (("cpu", hidden), (device, None)):
         context.progress(f"device_compare: {steps} steps on {side}…")

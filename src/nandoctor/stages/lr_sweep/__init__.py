@@ -37,6 +37,10 @@ _BOUNDS = {
 class Settings:
     """Settings of this stage (the `lr_sweep:` section of a profile)."""
 
+    # Also sweep when the watched run stayed finite. `nandoctor run` does not: a finite run has
+    # no failure for the learning rate to explain, and a sweep would cost several re-runs of a
+    # healthy script; `nandoctor sweep-lr` always sweeps.
+    when_finite: bool = False
     # ---- budget and search -------------------------------------------------------------------
     halvings: int = 10  # multipliers 1/2, 1/4, ... down to 1/2**halvings (`--halvings`)
     jobs: int = 0  # candidates run at once (`--jobs`); 0: one per core, or per accelerator

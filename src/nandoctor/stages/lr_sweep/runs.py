@@ -61,7 +61,7 @@ class Pool:
         name = f"lr_sweep-{planned.key}"
         stop_file = os.path.join(self.workdir, f"{name}.stop")
         options.extra.setdefault("lr_sweep", {})["stop_file"] = stop_file
-        env = child_environment()
+        env = child_environment(seeded=options.seed is not None)
         if self.devices:  # one accelerator per slot, round robin
             env["CUDA_VISIBLE_DEVICES"] = self.devices[slot % len(self.devices)]
         self.active[planned.key] = ActiveRun(planned, stop_file, slot)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from nandoctor.child.options import ChildOptions
 from nandoctor.report.model import StageResult
-from nandoctor.runner import RunOutcome, script_options
+from nandoctor.runner import RunOutcome, rerun_timeout_s, script_options
 from nandoctor.stages import StageContext, StageOutcome
 from nandoctor.stages.lr_sweep import conclusions
 from nandoctor.stages.lr_sweep.conclusions import label
@@ -24,7 +24,6 @@ from nandoctor.stages.lr_sweep.search import Planned, RunRecord, Search
 from nandoctor.stages.lr_sweep.verdicts import blew_up
 
 NAME = "lr_sweep"
-_STARTUP_S = 60.0  # allowance for interpreter, torch import and data set-up in each run
 
 
 @dataclass(frozen=True)
@@ -40,6 +39,11 @@ class Plan:
 
 def skip_reason(watch: RunOutcome, timeout_s: float) -> str | None:
     """Why the learning rate cannot be the cause, or why there is nothing to sweep against."""
+    if watch.steps and not watch.all("optimizer"):
+        return (
+            "no torch.optim optimizer was built: the script updates its parameters itself, so "
+            "its learning rate lives in its own code and cannot be scaled from outside"
+        )
     event = watch.nonfinite
     if event is not None:
         birth = event.get("birth") or {}
@@ -82,6 +86,21 @@ def _device_groups(devices: list[str], per_run: int) -> list[str]:
     return groups or ([",".join(devices)] if devices else [])
 
 
+def _beyond_horizon(baseline: RunRecord, settings) -> str | None:
+    """A learning rate is judged stable only past the step where x1 failed, plus a margin: a
+    failure later than the longest horizon allows cannot be swept honestly."""
+    failed_at = baseline.verdict.failure_step
+    if failed_at is None or failed_at + settings.horizon_margin <= settings.max_steps:
+        return None
+    wanted = math.ceil(settings.horizon_factor * failed_at) + settings.horizon_margin
+    return (
+        f"the run failed at step {failed_at}, past the sweep's longest horizon of "
+        f"{settings.max_steps} steps (lr_sweep.max_steps): no smaller learning rate can be "
+        "called stable over fewer steps than the failure took; `--steps "
+        f"{wanted}` (sweep-lr) or `lr_sweep: {{max_steps: {wanted}}}` sweeps that far"
+    )
+
+
 def choose_plan(context: StageContext, baseline: RunRecord) -> Plan:
     settings = context.config.lr_sweep
     failed_at = baseline.verdict.failure_step
@@ -98,8 +117,7 @@ def choose_plan(context: StageContext, baseline: RunRecord) -> Plan:
     jobs = settings.jobs or (
         len(devices) if devices else max(1, min(cores // per_run, settings.max_jobs))
     )
-    per_step = context.watch.duration_s / max(1, len(context.watch.steps))
-    derived = min(context.config.watch.timeout_s, _STARTUP_S + 3 * horizon * per_step)
+    derived = rerun_timeout_s(context.config, context.watch, horizon)
     workdir = os.path.join(context.workdir, NAME)
     os.makedirs(workdir, exist_ok=True)
     return Plan(
@@ -148,6 +166,11 @@ def _scratch(plan: Plan, planned: Planned) -> str:
 def run(context: StageContext) -> StageOutcome:
     settings = context.config.lr_sweep
     reason = skip_reason(context.watch, context.config.watch.timeout_s)
+    if reason is None and context.watch.nonfinite is None and not settings.when_finite:
+        reason = (
+            "the watched run stayed finite: there is no failure for the learning rate to "
+            "explain (`nandoctor sweep-lr` sweeps anyway)"
+        )
     if reason:
         return StageOutcome(StageResult("skipped", reason))
     watched = Planned(1.0, "watched")
@@ -162,6 +185,8 @@ def run(context: StageContext) -> StageOutcome:
         }
         summary = conclusions.not_implicated_summary(baseline)
         return StageOutcome(StageResult("ran", summary, details=details))
+    if reason := _beyond_horizon(baseline, settings):
+        return StageOutcome(StageResult("skipped", reason))
     plan = choose_plan(context, baseline)
     search = Search(settings, baseline, plan.horizon_capped)
     run_search(context, search, plan)
