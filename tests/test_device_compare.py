@@ -33,7 +33,7 @@ def no_verify(tmp_path) -> tuple[str, str]:
          "loss = nn.functional.mse_loss(model(prices)", "float16", 65504.0),
     ],
 )  # fmt: skip
-def test_overflow_is_a_precision_cause(
+def test_an_overflow_is_compared_against_float64(
     nandoctor, no_verify, script, op, module, marker, dtype, dtype_max
 ):
     result = nandoctor("compare-devices", script, "--steps", "1", *no_verify)
@@ -54,16 +54,38 @@ def test_overflow_is_a_precision_cause(
     assert first["location"]["line"] == line
     assert first["nonfinite_only_on"] == "target"
     assert dtype_max < first["reference_max"] < math.inf  # float64 kept what the dtype lost
+    compared = [f for f in result.report["findings"] if f["stage"] == "device_compare"]
+    if dtype == "float32":
+        # float64 has more range than float32, and that is all it shows: no precision cause
+        # without a reduced precision; the formula is the bug
+        assert compared == []
+        cause = result.report["causes"][0]
+        assert (cause["category"], cause["location"]["line"]) == ("invalid_operation", line)
+        return
     cause = result.report["causes"][0]
     assert cause["category"] == "precision"
     assert cause["location"]["line"] == line
-    (finding,) = [f for f in result.report["findings"] if f["stage"] == "device_compare"]
+    (finding,) = compared
     assert (finding["category"], finding["confidence"]) == ("precision", 0.9)
     assert finding["location"]["line"] == line
     assert any("cpu-float64 reference finite: max |x| =" in e for e in finding["evidence"])
     if dtype == "float16":
         assert "65504" in finding["fix"] and "bfloat16" in finding["fix"]
     assert stage["loss_trajectories"] == {f"cpu-{dtype}": [None]}  # step 0 went non-finite
+
+
+def test_the_checklist_compares_no_float32_cpu_run_and_does_a_half_one(nandoctor, no_verify):
+    result = nandoctor("run", "exp_overflow.py", "--stages", "anomaly,device_compare", *no_verify)
+    assert result.exit_code == 1
+    stage = result.report["stages"]["device_compare"]
+    assert stage["status"] == "skipped" and "float32 on the CPU" in stage["summary"]
+    assert result.report["causes"][0]["category"] == "invalid_operation"
+    result = nandoctor("run", "precision_half_overflow.py", "--stages", "anomaly,device_compare",
+                       *no_verify)  # fmt: skip
+    assert result.report["stages"]["device_compare"]["status"] == "ran"
+    assert result.report["causes"][0]["category"] == "precision"
+    precisions = result.report["run"].get("precisions")
+    assert precisions and precisions[0]["param_dtypes"] == ["float16"]
 
 
 def test_the_checklist_skips_the_comparison_of_a_finite_run(nandoctor):

@@ -208,6 +208,8 @@ def describe_run(watch: RunOutcome) -> dict:
     }
     if budget:
         run["budget"] = {"name": budget["budget"], "steps": budget["steps"]}
+    if precisions := watch.all("precision"):  # what each model computed in, from which step
+        run["precisions"] = [{key: e[key] for key in _PRECISION_FIELDS} for e in precisions]
     if watch.ranks:
         run["ranks"] = rank_summaries(watch.ranks, watch.rank)
     if error:
@@ -219,6 +221,9 @@ def describe_run(watch: RunOutcome) -> dict:
     if watch.crashed:
         run["output_tail"] = watch.output_tail()
     return run
+
+
+_PRECISION_FIELDS = ("module", "step", "param_dtypes", "autocast", "tf32")
 
 
 def _unfinished_reason(watch: RunOutcome) -> str:

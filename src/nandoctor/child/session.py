@@ -17,6 +17,7 @@ from nandoctor.instrument.frames import SourceLine, find_construction_frame, fin
 from nandoctor.instrument.graph import leaves_reached_by
 from nandoctor.instrument.hooks import HookSet
 from nandoctor.instrument.modules import ModuleTracker
+from nandoctor.instrument.precision import floating_param_dtypes, precision_in_use
 from nandoctor.instrument.tensors import (
     constant_factor,
     count_nonfinite,
@@ -83,6 +84,8 @@ class WatchSession:
         self._param_names: dict[int, str] = {}
         # Leaves the running backward pass writes gradients into, modules' or not.
         self._backward_leaves: list[torch.Tensor] = []
+        self._param_dtypes: dict[tuple, tuple[str, ...]] = {}
+        self._precisions_seen: set[tuple] = set()
         self.on_batch: list = []  # probes of stages that look at every batch
 
     # ---- what the detector asks -------------------------------------------------------------
@@ -154,6 +157,20 @@ class WatchSession:
     # ---- hooks ------------------------------------------------------------------------------
     def _root_forward(self, module, args) -> None:
         self._forward_this_step = True
+        self._note_precision(module)
+
+    def _note_precision(self, module) -> None:
+        """Each distinct precision a model computes in, said once: the positive evidence a
+        `precision` cause needs (float16/bfloat16 weights, autocast, TF32)."""
+        first = next(module.parameters(), None)
+        key = (id(module), first.dtype if first is not None else None)
+        if key not in self._param_dtypes:  # listing a large model's parameters costs
+            self._param_dtypes[key] = floating_param_dtypes(module)
+        state = precision_in_use(module, self._param_dtypes[key])
+        seen = (tuple(state["param_dtypes"]), tuple(state["autocast"]), state["tf32"])
+        if seen not in self._precisions_seen:
+            self._precisions_seen.add(seen)
+            self.events.emit("precision", module=type(module).__name__, step=self.step, **state)
 
     def _batch_requested(self) -> None:
         self._in_dataloader = True

@@ -30,7 +30,7 @@ class Reference(str, Enum):
 
 def compare_overrides(steps: int | None, reference: str | None, timeout: float | None) -> dict:
     """Config overrides from the command's flags: the stages, and the `device_compare:` section."""
-    section: dict = {"when_finite": True}
+    section: dict = {"when_finite": True, "when_float32_cpu": True}
     if steps is not None:
         section["steps"] = steps
     if reference is not None:

@@ -134,16 +134,11 @@ def propose_remedy(first: FirstNonfinite, birth: dict, category: str, optimizer)
     op = _forward_op(first.explanation) if first.phase == "backward" else op_base(first.op)
     # A guard fixes a domain error (log of 0, 0/0) or an exp that overflows from the start; an
     # overflow after values grew is a symptom, and clamping it would only hide the divergence.
-    guardable = category in ("invalid_operation", "data") or (
-        category == "precision" and op in _EXP_OPS and first.step == 0
-    )
+    guardable = category in ("invalid_operation", "data")
     if guardable and op in GUARDABLE_OPS and first.location is not None:
         location = first.location
         return {"kind": "guard_op", "op": op, "file": location.file, "line": location.line}
     return None
-
-
-_EXP_OPS = {"exp", "expm1"}
 
 
 def optimizer_fix(optimizer: dict, category: str) -> str | None:
@@ -185,7 +180,9 @@ def _categorize(first: FirstNonfinite, birth: dict) -> tuple[str, str, float]:
             forward = _forward_op(explanation) or op
             return "exploding_gradients", f"gradients overflow in the backward of {forward}", 0.75
         if first.step == 0:
-            return "precision", f"{op} overflows float32 before any update", 0.6
+            # float32 is not a reduced precision: an overflow before any update is a formula
+            # (or an input scale) whose result float32 cannot hold, fixed by a stable formula
+            return "invalid_operation", f"{op} overflows float32 before any update", 0.6
         return "learning_rate", f"values grew until {op} overflowed at step {first.step}", 0.55
     if first.phase == "backward":
         forward = _forward_op(explanation) or op

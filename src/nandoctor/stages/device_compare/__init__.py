@@ -58,6 +58,11 @@ def run(context: StageContext) -> StageOutcome:
                                         "explain (`nandoctor compare-devices` compares anyway)"))  # fmt: skip
     if (rerun := only_compiled(context.watch)) is not None:
         return _compiled_vs_eager(context, rerun, settings)
+    if not settings.when_float32_cpu and not _in_question(context.watch):
+        return StageOutcome(StageResult("skipped", (
+            "the run computed in float32 on the CPU: no accelerator and no reduced precision "
+            "(float16, bfloat16, TF32) to compare against (`nandoctor compare-devices` "
+            "compares anyway)")))  # fmt: skip
     start, stop = comparison_window(failure_step(context), settings.steps)
     context.progress(f"device_compare: shadowing steps {start} to {stop - 1}…")
     shadow = shadow_run(context, settings.shadow_options(start, stop))
@@ -76,6 +81,15 @@ def run(context: StageContext) -> StageOutcome:
     findings = findings_from(shadow.first, run_comparison, context.watch.nonfinite is not None,
                              device)  # fmt: skip
     return StageOutcome(StageResult("ran", _summary(details, shadow), details=details), findings)
+
+
+def _in_question(watch) -> bool:
+    """The device is in question when an accelerator was there to use; the precision when the
+    model computed in a reduced precision at some point (the watch says so per model)."""
+    from nandoctor.instrument.precision import is_reduced
+
+    cuda = (watch.first("start") or {}).get("cuda")
+    return bool(cuda) or any(is_reduced(state) for state in watch.all("precision"))
 
 
 def _compiled_vs_eager(context: StageContext, rerun: dict, settings: Settings) -> StageOutcome:

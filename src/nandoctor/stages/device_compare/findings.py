@@ -53,6 +53,10 @@ def findings_from(first: dict | None, run_comparison: dict | None, run_went_bad:
 
 def _op_finding(record: dict, run_went_bad: bool) -> Finding | None:
     float64 = record["reference"].endswith("float64")
+    if float64 and not _reduced_on_the_chain(record):
+        # float64 staying finite where float32 did not shows only that float64 has more range:
+        # `precision` needs a reduced precision on the failing chain
+        return None
     category = "precision" if float64 else "device"
     side = record["nonfinite_only_on"]
     ratio = record.get("ratio") or 0.0
@@ -82,6 +86,15 @@ def _op_finding(record: dict, run_went_bad: bool) -> Finding | None:
         location=location,
         severity=severity,
     )
+
+
+_REDUCED = ("float16", "bfloat16", "tf32")
+
+
+def _reduced_on_the_chain(record: dict) -> bool:
+    """The failing op, or the op where its rounding began, computed below float32."""
+    drift = record.get("drift_from")
+    return _dtype(record) in _REDUCED or (drift is not None and _dtype(drift) in _REDUCED)
 
 
 _FLOAT32_MAX = 3.4028234663852886e38

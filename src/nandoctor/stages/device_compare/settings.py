@@ -41,6 +41,11 @@ class Settings:
     # Also compare when the watched run stayed finite (`nandoctor compare-devices` does; in the
     # whole checklist a finite run leaves nothing for the comparison to explain).
     when_finite: bool = False
+    # Also compare a run that computed in float32 on the CPU alone (`nandoctor compare-devices`
+    # does). In the whole checklist such a run leaves neither question open: no accelerator
+    # to blame, no reduced precision (float16, bfloat16, TF32) to blame, and a float64 re-run
+    # that stays finite proves only that float64 has more range, not that the dtype is the bug.
+    when_float32_cpu: bool = False
     # What the ops are compared against. auto: the CPU at the same dtype when CUDA or MPS is
     # present, else float64 on the CPU; cpu | float64 choose explicitly.
     reference: str = "auto"

@@ -4,7 +4,8 @@
 The layer estimates the variance as E[x^2] - E[x]^2. Squaring distances of ~1e24 gives ~1e48,
 beyond float32's maximum (3.4e38): x ** 2 is inf, the variance is inf (or inf - inf = NaN) and
 the standardized inputs are NaN. The quantities themselves are representable in float32; only
-the squares are not. Computing the statistics in float64 (or on log-distances) avoids it.
+the squares are not: the formula is the bug, not the dtype. torch.var (two-pass, centred
+before squaring) or standardizing log-distances keeps every intermediate in range.
 """
 
 import torch
