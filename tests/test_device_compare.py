@@ -581,3 +581,15 @@ def test_cuda_script_end_to_end(nandoctor):
     assert set(sides) == {"cpu", stage["target"]}
     assert len(sides["cpu"]) == len(sides[stage["target"]]) == 5
     assert "agree" in stage["run_comparison"]["verdict"]
+
+
+def test_a_precision_cause_made_by_autocast_leads_with_the_autocast_line(nandoctor, no_verify):
+    script = "autocast_fp16_overflow.py"
+    result = nandoctor("run", script, "--stages", "anomaly,device_compare", *no_verify)
+    assert result.exit_code == 1
+    report = result.report
+    assert report["run"]["precisions"][0]["autocast"] == ["cpu:float16"]
+    cause = report["causes"][0]
+    assert cause["category"] == "precision"
+    assert cause["location"]["line"] == line_of(script, "with torch.autocast(")
+    assert any("inside the autocast region entered at" in e for e in cause["evidence"])

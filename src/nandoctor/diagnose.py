@@ -320,7 +320,18 @@ def run_facts(watch: RunOutcome) -> RunFacts:
         if optimizers
         else None,
         loss_scale=watch.first("loss_scaled"),
+        autocast=_reducing_autocast(watch),
     )
+
+
+def _reducing_autocast(watch: RunOutcome) -> dict | None:
+    """The first float16/bfloat16 autocast region, when the models' own weights are float32
+    (the region, not a `.half()`, made the reduced precision)."""
+    from nandoctor.instrument.precision import REDUCED_DTYPES
+
+    if any(d in REDUCED_DTYPES for e in watch.all("precision") for d in e["param_dtypes"]):
+        return None
+    return next((e for e in watch.all("autocast") if e.get("dtype") in REDUCED_DTYPES), None)
 
 
 # Statuses of runs that saw no NaN/Inf and no failure: causes need a failure to explain.

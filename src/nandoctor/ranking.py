@@ -24,6 +24,9 @@ class RunFacts:
     grad_norms: tuple = ()
     optimizer_location: Location | None = None
     loss_scale: dict | None = None  # a large constant the loss was multiplied by before backward()
+    # Where the script entered a float16/bfloat16 autocast region, when that region (and not
+    # the model's own weights) is what computed below float32.
+    autocast: dict | None = None
 
 
 def _finite(values) -> list[float]:
@@ -128,6 +131,9 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
             else f
             for f in result
         ]  # fmt: skip
+    if facts.autocast is not None:
+        result = [_at_the_autocast_line(f, facts.autocast) if f.category == "precision" else f
+                  for f in result]  # fmt: skip
     if facts.failed_step is not None and (scaled := scaled_loss(facts)):
         result.append(scaled)
     init_errors = [f for f in result if f.category == "initialization" and f.severity == "error"]
@@ -139,6 +145,21 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
             for f in result
         ]  # fmt: skip
     return result
+
+
+def _at_the_autocast_line(finding: Finding, autocast: dict) -> Finding:
+    """A reduced precision that autocast chose is changed where the region is entered (its
+    dtype, or the op taken out of it): that line leads, the op's own line stays as evidence."""
+    location = Location.from_dict(autocast.get("location"))
+    if location is None or location == finding.location:
+        return finding
+    op_line = f" (the op is at {finding.location.short()})" if finding.location else ""
+    dtype = autocast.get("dtype")
+    evidence = (
+        f"it computed in {dtype} inside the autocast region entered at {location.short()}{op_line}"
+    )
+    return dataclasses.replace(finding, location=location,
+                               evidence=(*finding.evidence, evidence))  # fmt: skip
 
 
 def _learning_rate_suspect(growth: str, facts: RunFacts) -> Finding:

@@ -86,6 +86,7 @@ class WatchSession:
         self._backward_leaves: list[torch.Tensor] = []
         self._param_dtypes: dict[tuple, tuple[str, ...]] = {}
         self._precisions_seen: set[tuple] = set()
+        self._autocast_lines: set[tuple | None] = set()
         self.on_batch: list = []  # probes of stages that look at every batch
 
     # ---- what the detector asks -------------------------------------------------------------
@@ -128,6 +129,7 @@ class WatchSession:
         self.hooks.backward_calls(self._before_backward, self._after_backward)
         self.hooks.batches(self._batch_requested, self._batch_produced)
         self.hooks.grad_scaler_used(self._grad_scaler_used)
+        self.hooks.autocast_entered(self._autocast_entered)
         self.hooks.optimizers_created(self._optimizer_created)
         self.hooks.compile_used(self._compile_used)
         if self.runs_eagerly:
@@ -252,6 +254,20 @@ class WatchSession:
                 "the script uses torch.compile: this run executed it eagerly (compile disabled) "
                 "so that nandoctor's checks see every op; compiled kernels can compute "
                 "differently"))  # fmt: skip
+
+    def _autocast_entered(self, region) -> None:
+        """Where the script enters each autocast region, said once per line: the line to edit
+        for a precision cause made inside it."""
+        if not getattr(region, "_enabled", True):
+            return
+        where = find_user_frame()
+        key = (where.file, where.line) if where else None
+        if key in self._autocast_lines:
+            return
+        self._autocast_lines.add(key)
+        dtype = str(getattr(region, "fast_dtype", "")).removeprefix("torch.")
+        self.events.emit("autocast", device=getattr(region, "device", None), dtype=dtype,
+                         step=self.step, location=where.as_dict() if where else None)  # fmt: skip
 
     def _grad_scaler_used(self, outputs) -> None:
         self.uses_grad_scaler = True

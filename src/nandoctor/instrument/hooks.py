@@ -121,6 +121,20 @@ class HookSet:
         os.environ[_COMPILE_SWITCH] = "1"
         self._undo.append(lambda: _restore_environment(_COMPILE_SWITCH, previous))
 
+    def autocast_entered(self, callback: Callable) -> None:
+        """Call `callback(autocast)` each time an autocast region is entered, whichever
+        spelling (`torch.autocast`, `torch.amp.autocast`, `torch.cpu.amp.autocast`) made it."""
+        autocast_class = torch.amp.autocast_mode.autocast
+        original = autocast_class.__enter__
+
+        def enter(region):
+            result = original(region)
+            callback(region)
+            return result
+
+        autocast_class.__enter__ = enter
+        self._undo.append(lambda: setattr(autocast_class, "__enter__", original))
+
     def grad_scaler_used(self, callback: Callable) -> None:
         """Call `callback(outputs)` when a GradScaler scales a loss (before scaling): its inf
         gradients are expected (the scaler skips those steps), so only gradients it lets

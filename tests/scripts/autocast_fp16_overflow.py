@@ -1,0 +1,19 @@
+"""Planted bug: float16 autocast on the CPU around a model whose first backward sums the error
+of 8,192 rows: beyond float16's 65504. Fine in float32 and bfloat16."""
+
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-9)
+x = torch.rand(8192, 8)
+y = torch.full((8192, 1), 3000.0)
+for step in range(5):
+    with torch.autocast("cpu", dtype=torch.float16):
+        prediction = model(x)
+    loss = (prediction.float() - y).pow(2).sum()  # a summed loss: gradients in the 1e7s
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"step {step} loss {loss.item():.4g}")
