@@ -26,5 +26,5 @@ def test_profiles_load_and_float_settings_accept_yaml_exponents(tmp_path):
     for profile in PROFILES:
         load_config(profile)
     custom = tmp_path / "c.yaml"
-    custom.write_text("verify:\n  steps_factor: 3e0\n")
-    assert load_config(path=str(custom)).verify.steps_factor == 3.0
+    custom.write_text("verify:\n  margin_factor: 3e-1\n")
+    assert load_config(path=str(custom)).verify.margin_factor == 0.3

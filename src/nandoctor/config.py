@@ -46,8 +46,11 @@ class VerifySettings:
     """Verification by treatment: re-run the script with a proposed fix applied."""
 
     max_fixes: int = 3  # the strongest causes with an automatic remedy that get a re-run
-    min_steps: int = 10  # a fixed run must stay finite at least this many optimizer steps...
-    steps_factor: float = 2.0  # ...and this many times the step at which the original failed
+    # A fixed run must stay finite past the step where the original failed by a margin: this
+    # fraction of that step, and at least `min_margin` steps. A re-run starts from step 0, so
+    # the margin is what a verification adds to the run it repeats.
+    margin_factor: float = 0.25
+    min_margin: int = 10
     jobs: int = 2  # re-runs at the same time
 
 

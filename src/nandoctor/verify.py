@@ -38,9 +38,13 @@ def horizon(context: StageContext) -> int:
     watch's `--max-steps`: that budget stops the search for a failure, and a fix that held for
     fewer steps than the failure took proves nothing."""
     settings = context.config.verify
+    through = _failed_at(context) + 1  # steps up to and including the one that failed
+    return through + max(settings.min_margin, math.ceil(settings.margin_factor * through))
+
+
+def _failed_at(context: StageContext) -> int:
     failure = context.watch.nonfinite
-    failed_at = failure["step"] if failure else len(context.watch.steps)
-    return max(settings.min_steps, math.ceil(settings.steps_factor * (failed_at + 1)))
+    return failure["step"] if failure else len(context.watch.steps)
 
 
 def _treated_run(context: StageContext, remedy: dict, steps: int, name: str) -> RunOutcome:
@@ -50,7 +54,7 @@ def _treated_run(context: StageContext, remedy: dict, steps: int, name: str) -> 
     return run_child(options, context.workdir, timeout_s=timeout_s, name=name)
 
 
-def _verdict(run: RunOutcome, steps: int, remedy: dict) -> tuple[bool, str]:
+def _verdict(run: RunOutcome, steps: int, remedy: dict, failed_at: int) -> tuple[bool, str]:
     what = describe_remedy(remedy)
     if run.nonfinite is not None:
         return False, f"re-ran with {what}: still non-finite at step {run.nonfinite['step']}"
@@ -67,7 +71,9 @@ def _verdict(run: RunOutcome, steps: int, remedy: dict) -> tuple[bool, str]:
         return False, f"re-ran with {what}: stopped after {done} steps, short of {steps}"
     if growth := _diverging(run):
         return False, f"re-ran with {what}: finite, but {growth}"
-    return True, f"re-ran with {what}: finite for {done} optimizer steps"
+    past = done - (failed_at + 1)
+    margin = f", {past} past the original failure at step {failed_at}" if past > 0 else ""
+    return True, f"re-ran with {what}: finite for {done} optimizer steps{margin}"
 
 
 def _diverging(run: RunOutcome) -> str | None:
@@ -117,7 +123,7 @@ def verify_findings(context: StageContext, findings: list[Finding]) -> list[Find
                              enumerate(to_try)))  # fmt: skip
     verified = {}
     for finding, run in zip(to_try, runs, strict=True):
-        ok, line = _verdict(run, steps, finding.remedy)
+        ok, line = _verdict(run, steps, finding.remedy, _failed_at(context))
         verified[id(finding)] = dataclasses.replace(
             finding, verified_fix=ok, evidence=(*finding.evidence, line)
         )
