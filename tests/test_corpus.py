@@ -62,8 +62,10 @@ def test_scripts_sit_in_the_folder_of_their_category(split):
         assert Path(entry["path"]).parts[0] == entry["category"], entry
 
 
-def test_every_test_script_cites_the_public_report_it_reproduces():
+def test_every_sick_test_script_cites_the_public_report_it_reproduces():
     for entry in _entries("test"):
+        if entry["category"] == "healthy":
+            continue
         assert str(entry.get("source", "")).startswith("http"), entry
         assert entry.get("fix"), entry
 

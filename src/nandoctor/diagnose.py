@@ -16,7 +16,8 @@ from nandoctor.child.events import first_event
 from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_finite_through
 from nandoctor.config import Config
 from nandoctor.distributed import primary_rank, rank_summaries
-from nandoctor.ranking import RunFacts, apply_causal_rules, rank_causes
+from nandoctor.optimizer_settings import settings_findings
+from nandoctor.ranking import RunFacts, apply_causal_rules, at_the_written_value, rank_causes
 from nandoctor.report.model import Location, Report, StageResult
 from nandoctor.runner import (
     RunOutcome,
@@ -292,10 +293,12 @@ def diagnose(
         context = StageContext(target, config, workdir, watch, progress=progress)
         completed = run_stages(context, config.stages, progress)
         findings = [f for outcome in context.earlier.values() for f in outcome.findings]
+        findings += settings_findings(watch.all("optimizer"))
         try:
             findings = apply_causal_rules(findings, run_facts(watch))
             if completed:
                 findings = verify_findings(context, findings)
+            findings = at_the_written_value(findings, target.args)
         except KeyboardInterrupt:  # the report is written with what the stages found
             completed = False
         report = build_report(target, watch, context, findings)

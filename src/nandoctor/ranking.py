@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from nandoctor.report.model import Cause, Finding, Location
+from nandoctor.source_values import where_written
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1}
 _GROWTH_FACTOR_LOSS = 10.0  # loss before the failure this many times its early minimum...
@@ -131,6 +132,15 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
             else f
             for f in result
         ]  # fmt: skip
+    if any(_absurd_setting(f) and f.category == "optimizer_config" for f in result):
+        # weight_decay=1000 or momentum=1.5 with a learning rate in range: a smaller learning
+        # rate helps only by shrinking the absurd setting's effect (lr x weight_decay, say)
+        result = [
+            _discounted(f, "explained by an optimizer setting far outside any sensible range")
+            if f.category == "learning_rate" and not _absurd_setting(f)
+            else f
+            for f in result
+        ]  # fmt: skip
     if facts.autocast is not None:
         result = [_at_the_autocast_line(f, facts.autocast) if f.category == "precision" else f
                   for f in result]  # fmt: skip
@@ -145,6 +155,10 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
             for f in result
         ]  # fmt: skip
     return result
+
+
+def _absurd_setting(finding: Finding) -> bool:
+    return (finding.remedy or {}).get("kind") == "optimizer_settings"
 
 
 def _at_the_autocast_line(finding: Finding, autocast: dict) -> Finding:
@@ -216,3 +230,42 @@ def rank_causes(findings: list[Finding]) -> list[Cause]:
         )
         for rank, f in enumerate(merged, 1)
     ]
+
+
+# The keywords that carry a learning rate in an optimizer's or a scheduler's constructor.
+_LR_KEYWORDS = ("lr", "max_lr", "base_lr")
+
+
+def at_the_written_value(findings: list[Finding], script_args=()) -> list[Finding]:
+    """A learning-rate or optimizer-setting cause leads with the line where the offending value
+    is written (`lr = 3.0`, an argparse default, a config entry), the constructor that uses it
+    staying as evidence: that literal is what the user edits."""
+    return [_relocated(f, script_args) for f in findings]
+
+
+def _relocated(finding: Finding, script_args) -> Finding:
+    location = finding.location
+    if location is None or finding.category not in ("learning_rate", "optimizer_config"):
+        return finding
+    for keyword in _setting_keywords(finding):
+        written = where_written(location.file, location.line, keyword, tuple(script_args))
+        if written is None or written.line == location.line:
+            continue
+        if written.how == "the command line":
+            note = f"{keyword} is given on the command line ({written.code})"
+            return dataclasses.replace(finding, evidence=(*finding.evidence, note))
+        note = f"{keyword} is written at line {written.line} ({written.how}) and used at {location.short()}"
+        moved = Location(location.file, written.line, None, written.code)
+        return dataclasses.replace(finding, location=moved, evidence=(*finding.evidence, note))
+    return finding
+
+
+def _setting_keywords(finding: Finding) -> tuple[str, ...]:
+    if finding.category == "learning_rate":
+        return _LR_KEYWORDS
+    remedy = finding.remedy or {}
+    if remedy.get("kind") == "optimizer_settings":
+        return tuple(remedy["settings"])
+    if remedy.get("kind") == "optimizer_eps":
+        return ("eps",)
+    return ()

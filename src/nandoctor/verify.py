@@ -30,6 +30,10 @@ def describe_remedy(remedy: dict) -> str:
         return "the model kept in float32"
     if kind == "optimizer_eps":
         return f"the optimizer's eps set to {remedy['eps']:g}"
+    if kind == "optimizer_settings":
+        settings = ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v}"
+                             for k, v in remedy["settings"].items())  # fmt: skip
+        return f"the optimizer built with {settings}"
     return kind
 
 

@@ -7,7 +7,9 @@ Each remedy is described by a plain dict (it travels in the child's options):
 - {"kind": "sanitize_inputs"}: replace NaN/Inf in batches and in tensors made from outside data;
 - {"kind": "reinitialize", "modules": [...]}: default re-initialization of those modules;
 - {"kind": "float32"}: keep the model in float32 (no .half()/.bfloat16(), autocast disabled);
-- {"kind": "optimizer_eps", "eps": E}: optimizers built with eps <= 0 get eps = E.
+- {"kind": "optimizer_eps", "eps": E}: optimizers built with eps <= 0 get eps = E;
+- {"kind": "optimizer_settings", "index": I, "settings": {...}}: the I-th optimizer the script
+  builds gets these settings in every param group.
 """
 
 from __future__ import annotations
@@ -107,6 +109,23 @@ def _optimizer_eps(remedy: dict, session) -> None:
     session.hooks.optimizers_created(fix)
 
 
+def _optimizer_settings(remedy: dict, session) -> None:
+    """The `index`-th optimizer built (in construction order) gets `settings` in each group."""
+    settings, index = remedy["settings"], remedy.get("index")
+    built = [0]
+
+    def fix(optimizer) -> None:
+        position, built[0] = built[0], built[0] + 1
+        if index is not None and position != index:
+            return
+        for group in optimizer.param_groups:
+            for name, value in settings.items():
+                if name in group:
+                    group[name] = tuple(value) if isinstance(value, list) else value
+
+    session.hooks.optimizers_created(fix)
+
+
 def _clip_gradients(remedy: dict, session) -> None:
     max_norm = float(remedy["max_norm"])
 
@@ -202,6 +221,7 @@ def apply_remedy(remedy: dict, session) -> None:
         return
     installers = {
         "optimizer_eps": _optimizer_eps,
+        "optimizer_settings": _optimizer_settings,
         "clip_gradients": _clip_gradients,
         "sanitize_inputs": _sanitize_inputs,
         "reinitialize": _reinitialize,

@@ -1,0 +1,112 @@
+"""Cost of diagnosing a failure that comes late, or in a big model: `nandoctor run` (default
+flags) against the plain script's time to the failure.
+
+Workloads in `benchmarks/late/`: a corrupt data row first drawn late, a slow-onset overflow in a
+hand-written softmax, a warm-up to a peak learning rate that is too high (each set to fail at
+about step 300, 3,000 and 10,000 with `--fail-at`), and a 55M-parameter MLP whose log(0) comes
+at step 3. For each it prints the plain time, the whole command's time and their ratio, each
+stage's share, the peak resident memory of the largest process against the plain run's, and
+the verdict: status, top cause, its line and whether its fix was verified.
+
+    python benchmarks/bench_late_failure.py [--only corrupt_row,big] [--fail-at 300,3000,10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LATE = Path(__file__).resolve().parent / "late"
+STEPPED = ("corrupt_row", "slow_exp_overflow", "warmup_peak")
+BIG = "big_model_log_zero"
+# Runs a command and prints the peak resident set of its largest descendant (kB on Linux).
+_MEASURED = (
+    "import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+    "sys.exit(code)"
+)
+
+
+def measured(command: list[str], cwd: str) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS in MB, and stdout of `command`."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _MEASURED, *command], cwd=cwd,
+                          capture_output=True, text=True)  # fmt: skip
+    seconds = time.monotonic() - started
+    peak_kb = int(done.stderr.strip().splitlines()[-1])
+    return seconds, peak_kb // 1024, done.stdout
+
+
+def top_cause(report: dict) -> str:
+    causes = report.get("causes") or []
+    if not causes:
+        return f"{report['status']}, no cause"
+    top = causes[0]
+    line = top["location"]["line"] if top.get("location") else "-"
+    verified = {True: "verified", False: "not verified", None: "no re-run"}[top.get("verified_fix")]
+    return f"{report['status']}: {top['category']} at line {line}, fix {verified}"
+
+
+def bench(script: str, args: list[str]) -> dict:
+    path = str(LATE / f"{script}.py")
+    with tempfile.TemporaryDirectory(prefix="bench-late-") as scratch:
+        plain_s, plain_mb, _ = measured([sys.executable, path, *args], scratch)
+        report_path = Path(scratch) / "report.json"
+        command = [sys.executable, "-m", "nandoctor", "run", path, "--json", str(report_path),
+                   "--", *args]  # fmt: skip
+        run_s, run_mb, _ = measured(command, scratch)
+        report = json.loads(report_path.read_text())
+    stages = {name: stage.get("duration_s") or 0.0 for name, stage in report["stages"].items()}
+    return {
+        "script": script,
+        "args": " ".join(args),
+        "failed_at": (report.get("run") or {}).get("steps_observed"),
+        "plain_s": plain_s,
+        "run_s": run_s,
+        "ratio": run_s / plain_s,
+        "plain_mb": plain_mb,
+        "run_mb": run_mb,
+        "stages": stages,
+        "verdict": top_cause(report),
+    }
+
+
+def print_row(row: dict) -> None:
+    shares = ", ".join(f"{name} {seconds / row['plain_s']:.2f}x"
+                       for name, seconds in row["stages"].items() if seconds >= 0.05)  # fmt: skip
+    print(f"{row['script']:20} {row['args']:15} step {row['failed_at']!s:>6}  "
+          f"plain {row['plain_s']:6.1f}s  run {row['run_s']:6.1f}s  {row['ratio']:5.2f}x  "
+          f"peak {row['run_mb']} MB vs {row['plain_mb']} MB")  # fmt: skip
+    print(f"{'':20} stages: {shares}")
+    print(f"{'':20} {row['verdict']}", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated workloads (corrupt_row, slow_exp_overflow, "
+                        "warmup_peak, big)")  # fmt: skip
+    parser.add_argument("--fail-at", default="300,3000,10000", help="steps to fail at")
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    args = parser.parse_args()
+    wanted = set(args.only.split(",")) if args.only else {*STEPPED, "big"}
+    rows = []
+    for fail_at in [int(s) for s in args.fail_at.split(",")]:
+        for script in STEPPED:
+            if script in wanted:
+                rows.append(bench(script, ["--fail-at", str(fail_at)]))
+                print_row(rows[-1])
+    if "big" in wanted:
+        rows.append(bench(BIG, []))
+        print_row(rows[-1])
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

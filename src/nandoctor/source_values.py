@@ -1,0 +1,151 @@
+"""Where a setting's value is written: from the call that uses it (`Adam(params, lr=lr)`) back
+to the literal a user edits (`lr = 3e-2`, `parser.add_argument("--lr", default=3e-2)`,
+`config = {"lr": 3e-2}`), by reading the script's source. Static and bounded: a value computed
+at run time, or from another file, leaves the call's own line as the answer."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass
+
+_MAX_HOPS = 4  # names followed from the call back to a literal
+
+
+@dataclass(frozen=True)
+class WrittenAt:
+    line: int
+    code: str
+    how: str  # "the call", "an assignment", "an argparse default", "a config entry", "the command line"
+
+
+def where_written(file: str, call_line: int, keyword: str, script_args=()) -> WrittenAt | None:
+    """The line where the value of `keyword` in the call at `call_line` is written, or None when
+    the source cannot be read or holds no such call."""
+    tree, lines = _parse(file)
+    if tree is None:
+        return None
+    call = _call_at(tree, call_line, keyword)
+    if call is None:
+        return None
+    value = next(k.value for k in call.keywords if k.arg == keyword)
+    in_call = range(call.lineno, (call.end_lineno or call.lineno) + 1)
+    for _ in range(_MAX_HOPS):
+        if isinstance(value, ast.Name):
+            assigned = _last_assignment(tree, value.id, value.lineno)
+            if assigned is None:
+                return None
+            value = assigned
+            continue
+        if isinstance(value, (ast.Attribute, ast.Subscript)):
+            return _option_or_entry(tree, lines, value, script_args)
+        # a number, or an expression computed on this line (`base_lr * world_size`)
+        return _at(value, lines, "the call" if value.lineno in in_call else "an assignment")
+    return None
+
+
+def _option_or_entry(tree, lines, value, script_args) -> WrittenAt | None:
+    """`args.lr` -> its argparse default (unless the command line gave it); `config["lr"]` or
+    `config.lr` -> the dict entry or keyword that holds it."""
+    name = _attribute_or_key(value)
+    if name is None:
+        return None
+    option = _argparse_option(tree, name)
+    if option is not None:
+        flags, node = option
+        if any(arg.split("=")[0] in flags for arg in script_args):
+            return WrittenAt(0, " ".join(script_args), "the command line")
+        default = next((k.value for k in node.keywords if k.arg == "default"), node)
+        return _at(default, lines, "an argparse default")
+    entry = _dict_entry(tree, name)
+    return _at(entry, lines, "a config entry") if entry is not None else None
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(file: str) -> tuple[ast.AST | None, tuple[str, ...]]:
+    try:
+        with open(file, encoding="utf-8") as handle:
+            text = handle.read()
+        return ast.parse(text), tuple(text.splitlines())
+    except (OSError, SyntaxError, ValueError):
+        return None, ()
+
+
+def _call_at(tree: ast.AST, line: int, keyword: str) -> ast.Call | None:
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and node.lineno <= line <= (node.end_lineno or node.lineno)
+             and any(k.arg == keyword for k in node.keywords)]  # fmt: skip
+    return min(calls, key=lambda c: (c.end_lineno or c.lineno) - c.lineno, default=None)
+
+
+def _is_literal(node: ast.AST) -> bool:
+    """A number as written, or arithmetic on numbers (`1e-3 * 8`)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    if isinstance(node, ast.UnaryOp):
+        return _is_literal(node.operand)
+    if isinstance(node, ast.BinOp):
+        return _is_literal(node.left) and _is_literal(node.right)
+    return False
+
+
+def _last_assignment(tree: ast.AST, name: str, before: int) -> ast.AST | None:
+    """The value of the last `name = ...` above line `before` (any scope: scripts rarely
+    shadow a learning rate's name)."""
+    assignments = [node for node in ast.walk(tree)
+                   if node.__class__ in (ast.Assign, ast.AnnAssign)
+                   and getattr(node, "value", None) is not None and node.lineno < before
+                   and any(isinstance(t, ast.Name) and t.id == name for t in _targets(node))]  # fmt: skip
+    last = max(assignments, key=lambda node: node.lineno, default=None)
+    return last.value if last is not None else None
+
+
+def _targets(node: ast.AST) -> list[ast.AST]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
+
+
+def _attribute_or_key(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return str(node.slice.value)
+    return None
+
+
+def _argparse_option(tree: ast.AST, dest: str) -> tuple[set[str], ast.Call] | None:
+    """The `add_argument` call whose destination is `dest`, with its option strings."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"):  # fmt: skip
+            continue
+        flags = {a.value for a in node.args if isinstance(a, ast.Constant)
+                 and isinstance(a.value, str)}  # fmt: skip
+        explicit = next((k.value.value for k in node.keywords if k.arg == "dest"
+                         and isinstance(k.value, ast.Constant)), None)  # fmt: skip
+        longest = max(flags, key=len, default="")
+        if dest in (explicit, longest.lstrip("-").replace("-", "_")):
+            return flags, node
+    return None
+
+
+def _dict_entry(tree: ast.AST, key: str) -> ast.AST | None:
+    """The value of `"key": v` in a dict literal or of `key=v` in a `dict(...)` call."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values, strict=True):
+                if isinstance(k, ast.Constant) and k.value == key and _is_literal(v):
+                    return v
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "dict"
+        ):
+            for k in node.keywords:
+                if k.arg == key and _is_literal(k.value):
+                    return k.value
+    return None
+
+
+def _at(node: ast.AST, lines: tuple[str, ...], how: str) -> WrittenAt:
+    line = node.lineno
+    return WrittenAt(line, lines[line - 1].strip() if 0 < line <= len(lines) else "", how)

@@ -1,0 +1,78 @@
+"""Optimizer settings far outside any sensible range, and the line where a setting's value is
+written (not where it is used)."""
+
+import textwrap
+
+import pytest
+
+from conftest import line_of
+from nandoctor.optimizer_settings import absurd_settings
+from nandoctor.source_values import where_written
+
+
+def _optimizer(kind: str, **settings) -> dict:
+    return {"type": kind, "index": 0, "settings": settings, "location": None}
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    [_optimizer("Adam", lr=1e-3, betas=[0.9, 0.999], eps=1e-8, weight_decay=0),
+     _optimizer("SGD", lr=20.0, momentum=0.9, weight_decay=5e-4),  # word_language_model's lr
+     _optimizer("AdamW", lr=3e-4, weight_decay=0.1),
+     _optimizer("Adadelta", lr=1.0)],
+)  # fmt: skip
+def test_settings_that_recipes_use_are_not_absurd(optimizer):
+    assert absurd_settings(optimizer) == {}
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "names"),
+    [(_optimizer("Adam", lr=5e5), {"lr"}),
+     (_optimizer("AdamW", lr=1e-2, weight_decay=1000.0), {"weight_decay"}),
+     (_optimizer("SGD", lr=0.1, momentum=1.5), {"momentum"}),
+     (_optimizer("Adam", lr=1e-3, betas=[0.9, 1.2]), {"betas"})],
+)  # fmt: skip
+def test_settings_far_outside_any_sensible_range_are_named(optimizer, names):
+    assert set(absurd_settings(optimizer)) == names
+
+
+def test_the_value_is_traced_from_the_call_to_where_it_is_written(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""\
+        import argparse, torch
+        BASE_LR = 3e-2
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--learning-rate", type=float, default=5.0)
+        args = parser.parse_args()
+        config = {"lr": 0.5}
+        lr = BASE_LR * 8
+        a = torch.optim.SGD([], lr=lr)
+        b = torch.optim.SGD([], lr=args.learning_rate)
+        c = torch.optim.SGD([], lr=config["lr"])
+        d = torch.optim.SGD([], lr=BASE_LR)
+    """)
+    )
+    assert where_written(str(script), 8, "lr").line == 7
+    assert where_written(str(script), 9, "lr").line == 4
+    assert where_written(str(script), 9, "lr", ("--learning-rate", "1")).how == "the command line"
+    assert where_written(str(script), 10, "lr").line == 6
+    assert where_written(str(script), 11, "lr").line == 2
+    assert where_written(str(script), 11, "momentum") is None
+
+
+def test_a_learning_rate_typo_is_named_at_the_line_that_wrote_it(nandoctor):
+    result = nandoctor("run", "lr_typo_adam.py", "--stages", "anomaly")
+    assert result.exit_code == 1
+    top = result.report["causes"][0]
+    assert top["category"] == "learning_rate"
+    assert top["location"]["line"] == line_of("lr_typo_adam.py", "config = {")
+    assert top["verified_fix"] is True
+
+
+def test_an_absurd_weight_decay_outranks_the_learning_rate_it_interacts_with(nandoctor):
+    result = nandoctor("run", "adamw_decay_typo.py")
+    assert result.exit_code == 1
+    top = result.report["causes"][0]
+    assert top["category"] == "optimizer_config" and top["verified_fix"] is True
+    assert top["location"]["line"] == line_of("adamw_decay_typo.py", '"--weight-decay"')
