@@ -422,7 +422,8 @@ def test_a_diverging_sgd_gets_a_verified_smaller_lr(nandoctor, config):
     cause = next(c for c in result.report["causes"] if c["stage"] == "lr_sweep")
     assert cause["verified_fix"] is True
     assert f"lr={0.8 * recommended:.3g}" in cause["fix"]
-    assert cause["location"]["line"] == line_of("lr_diverging_sgd.py", "torch.optim.SGD(")
+    # the learning rate is written in the argparse default, and used at the SGD line
+    assert cause["location"]["line"] == line_of("lr_diverging_sgd.py", 'add_argument("--lr"')
     assert "loss curve" in result.stdout and "recommended: ×" in result.stdout
 
 

@@ -17,7 +17,13 @@ from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_fin
 from nandoctor.config import Config
 from nandoctor.distributed import primary_rank, rank_summaries
 from nandoctor.optimizer_settings import settings_findings
-from nandoctor.ranking import RunFacts, apply_causal_rules, at_the_written_value, rank_causes
+from nandoctor.ranking import (
+    RunFacts,
+    apply_causal_rules,
+    apply_verified_rules,
+    at_the_written_value,
+    rank_causes,
+)
 from nandoctor.report.model import Location, Report, StageResult
 from nandoctor.runner import (
     RunOutcome,
@@ -297,7 +303,7 @@ def diagnose(
         try:
             findings = apply_causal_rules(findings, run_facts(watch))
             if completed:
-                findings = verify_findings(context, findings)
+                findings = apply_verified_rules(verify_findings(context, findings))
             findings = at_the_written_value(findings, target.args)
         except KeyboardInterrupt:  # the report is written with what the stages found
             completed = False

@@ -157,6 +157,26 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
     return result
 
 
+def apply_verified_rules(findings: list[Finding]) -> list[Finding]:
+    """Reason over what the verification re-runs showed. A guard of the failing op that lets
+    the run train at the original learning rate makes the formula the root cause: a smaller
+    learning rate that also helps only postpones the step that reaches the op's edge."""
+    guard_held = any(
+        f.category == "invalid_operation" and f.verified_fix
+        and (f.remedy or {}).get("kind") == "guard_op"
+        for f in findings
+    )  # fmt: skip
+    if not guard_held:
+        return findings
+    return [
+        _discounted(f, "a guard of the failing op trains at the original learning rate: the "
+                    "formula, not the learning rate, is what to fix")
+        if f.category == "learning_rate" and not _absurd_setting(f)
+        else f
+        for f in findings
+    ]  # fmt: skip
+
+
 def _absurd_setting(finding: Finding) -> bool:
     return (finding.remedy or {}).get("kind") == "optimizer_settings"
 

@@ -179,6 +179,15 @@ def _categorize(first: FirstNonfinite, birth: dict) -> tuple[str, str, float]:
         if first.phase == "backward":  # the forward pass was finite: the gradients exploded
             forward = _forward_op(explanation) or op
             return "exploding_gradients", f"gradients overflow in the backward of {forward}", 0.75
+        if first.phase == "forward" and first.reached.startswith("the gradient"):
+            # The overflowing forward value never reached the loss (torch.where, masked_fill
+            # or indexing discarded it) but its gradient did: inf x 0 = NaN in backward. The
+            # formula is the bug at any learning rate.
+            return (
+                "invalid_operation",
+                f"{op} overflows in a branch the forward discards, and its gradient does not",
+                0.8,
+            )
         if first.step == 0:
             # float32 is not a reduced precision: an overflow before any update is a formula
             # (or an input scale) whose result float32 cannot hold, fixed by a stable formula
