@@ -79,6 +79,9 @@ def bench(script: str, args: list[str]) -> dict:
 def print_row(row: dict) -> None:
     shares = ", ".join(f"{name} {seconds / row['plain_s']:.2f}x"
                        for name, seconds in row["stages"].items() if seconds >= 0.05)  # fmt: skip
+    # the stages' own times leave out fix verification and start-up
+    rest = row["run_s"] - sum(row["stages"].values())
+    shares += f", verification and start-up {rest / row['plain_s']:.2f}x"
     print(f"{row['script']:20} {row['args']:15} step {row['failed_at']!s:>6}  "
           f"plain {row['plain_s']:6.1f}s  run {row['run_s']:6.1f}s  {row['ratio']:5.2f}x  "
           f"peak {row['run_mb']} MB vs {row['plain_mb']} MB")  # fmt: skip
