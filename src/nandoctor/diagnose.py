@@ -16,6 +16,7 @@ from nandoctor.child.events import first_event
 from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_finite_through
 from nandoctor.config import Config
 from nandoctor.distributed import primary_rank, rank_summaries
+from nandoctor.instrument.precision import REDUCED_DTYPES
 from nandoctor.optimizer_settings import settings_findings
 from nandoctor.ranking import (
     RunFacts,
@@ -336,8 +337,6 @@ def run_facts(watch: RunOutcome) -> RunFacts:
 def _reducing_autocast(watch: RunOutcome) -> dict | None:
     """The first float16/bfloat16 autocast region, when the models' own weights are float32
     (the region, not a `.half()`, made the reduced precision)."""
-    from nandoctor.instrument.precision import REDUCED_DTYPES
-
     if any(d in REDUCED_DTYPES for e in watch.all("precision") for d in e["param_dtypes"]):
         return None
     return next((e for e in watch.all("autocast") if e.get("dtype") in REDUCED_DTYPES), None)

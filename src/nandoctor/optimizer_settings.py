@@ -65,7 +65,7 @@ def settings_findings(optimizers: list[dict]) -> list[Finding]:
                 title=f"{optimizer['type']} is built with {names} far outside any sensible range",
                 confidence=0.9,
                 evidence=tuple(absurd.values()),
-                fix=f"set {_assignments(replacement)} where {optimizer['type']} is built "
+                fix=f"set {describe_settings(replacement, quote='`')} where {optimizer['type']} is built "
                 f"(a typo in an exponent is the usual story)",
                 location=Location.from_dict(optimizer.get("location")),
                 remedy={
@@ -78,8 +78,10 @@ def settings_findings(optimizers: list[dict]) -> list[Finding]:
     return findings
 
 
-def _assignments(settings: dict) -> str:
-    return ", ".join(f"`{name}={_literal(value)}`" for name, value in settings.items())
+def describe_settings(settings: dict, quote: str = "") -> str:
+    """`weight_decay=0.01, betas=(0.9, 0.999)`: settings as they are written in Python, each
+    between `quote`s."""
+    return ", ".join(f"{quote}{name}={_literal(value)}{quote}" for name, value in settings.items())
 
 
 def _literal(value) -> str:

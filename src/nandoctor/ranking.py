@@ -135,12 +135,9 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
     if any(_absurd_setting(f) and f.category == "optimizer_config" for f in result):
         # weight_decay=1000 or momentum=1.5 with a learning rate in range: a smaller learning
         # rate helps only by shrinking the absurd setting's effect (lr x weight_decay, say)
-        result = [
-            _discounted(f, "explained by an optimizer setting far outside any sensible range")
-            if f.category == "learning_rate" and not _absurd_setting(f)
-            else f
-            for f in result
-        ]  # fmt: skip
+        result = _learning_rate_discounted(
+            result, "explained by an optimizer setting far outside any sensible range"
+        )
     if facts.autocast is not None:
         result = [_at_the_autocast_line(f, facts.autocast) if f.category == "precision" else f
                   for f in result]  # fmt: skip
@@ -168,13 +165,18 @@ def apply_verified_rules(findings: list[Finding]) -> list[Finding]:
     )  # fmt: skip
     if not guard_held:
         return findings
+    return _learning_rate_discounted(findings, "a guard of the failing op trains at the "
+                                     "original learning rate: the formula, not the learning "
+                                     "rate, is what to fix")  # fmt: skip
+
+
+def _learning_rate_discounted(findings: list[Finding], reason: str) -> list[Finding]:
+    """Learning-rate findings explained by something else, except a learning rate that is
+    itself far outside any sensible range."""
     return [
-        _discounted(f, "a guard of the failing op trains at the original learning rate: the "
-                    "formula, not the learning rate, is what to fix")
-        if f.category == "learning_rate" and not _absurd_setting(f)
-        else f
+        _discounted(f, reason) if f.category == "learning_rate" and not _absurd_setting(f) else f
         for f in findings
-    ]  # fmt: skip
+    ]
 
 
 def _absurd_setting(finding: Finding) -> bool:

@@ -8,6 +8,7 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+from nandoctor.optimizer_settings import describe_settings
 from nandoctor.ranking import rank_causes
 from nandoctor.report.model import Finding
 from nandoctor.runner import RunOutcome, rerun_options, rerun_timeout_s, run_child
@@ -31,9 +32,7 @@ def describe_remedy(remedy: dict) -> str:
     if kind == "optimizer_eps":
         return f"the optimizer's eps set to {remedy['eps']:g}"
     if kind == "optimizer_settings":
-        settings = ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v}"
-                             for k, v in remedy["settings"].items())  # fmt: skip
-        return f"the optimizer built with {settings}"
+        return f"the optimizer built with {describe_settings(remedy['settings'])}"
     return kind
 
 

@@ -168,7 +168,8 @@ class WatchSession:
         key = (id(module), first.dtype if first is not None else None)
         if key not in self._param_dtypes:  # listing a large model's parameters costs
             self._param_dtypes[key] = floating_param_dtypes(module)
-        state = precision_in_use(module, self._param_dtypes[key])
+        device = first.device.type if first is not None else None
+        state = precision_in_use(device, self._param_dtypes[key])
         seen = (tuple(state["param_dtypes"]), tuple(state["autocast"]), state["tf32"])
         if seen not in self._precisions_seen:
             self._precisions_seen.add(seen)

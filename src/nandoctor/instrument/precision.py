@@ -10,16 +10,19 @@ if TYPE_CHECKING:
     import torch
 
 REDUCED_DTYPES = ("float16", "bfloat16")
+# The same, as the labels an op's computing dtype gets (float32 matmuls under TF32: "tf32").
+REDUCED_LABELS = (*REDUCED_DTYPES, "tf32")
 
 
-def precision_in_use(module: torch.nn.Module, param_dtypes: tuple[str, ...]) -> dict:
-    """What `module`'s forward is about to compute in. `param_dtypes` are its floating parameter
-    dtypes (the caller caches them: listing a large model's parameters every call costs)."""
+def precision_in_use(device: str | None, param_dtypes: tuple[str, ...]) -> dict:
+    """What a model whose parameters live on `device` ("cpu", "cuda") is about to compute in.
+    `param_dtypes` are its floating parameter dtypes (the caller caches them: listing a large
+    model's parameters every call costs)."""
     import torch
 
-    autocast = [f"{device}:{str(torch.get_autocast_dtype(device)).removeprefix('torch.')}"
-                for device in ("cpu", "cuda") if torch.is_autocast_enabled(device)]  # fmt: skip
-    on_cuda = _first_parameter_device(module) == "cuda"
+    autocast = [f"{kind}:{str(torch.get_autocast_dtype(kind)).removeprefix('torch.')}"
+                for kind in ("cpu", "cuda") if torch.is_autocast_enabled(kind)]  # fmt: skip
+    on_cuda = device == "cuda"
     return {
         "param_dtypes": list(param_dtypes),
         "autocast": autocast,
@@ -41,11 +44,6 @@ def is_reduced(state: dict) -> bool:
         or bool(state.get("autocast"))
         or bool(state.get("tf32"))
     )
-
-
-def _first_parameter_device(module: torch.nn.Module) -> str | None:
-    parameter = next(module.parameters(), None)
-    return parameter.device.type if parameter is not None else None
 
 
 def _tf32_enabled() -> bool:

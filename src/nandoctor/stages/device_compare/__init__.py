@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 from nandoctor.compiled_only import only_compiled
+from nandoctor.instrument.precision import is_reduced
 from nandoctor.report.model import StageResult
 from nandoctor.stages import StageContext, StageOutcome
 from nandoctor.stages.device_compare.compiled import compare_compiled_with_eager, compiled_finding
@@ -86,8 +87,6 @@ def run(context: StageContext) -> StageOutcome:
 def _in_question(watch) -> bool:
     """The device is in question when an accelerator was there to use; the precision when the
     model computed in a reduced precision at some point (the watch says so per model)."""
-    from nandoctor.instrument.precision import is_reduced
-
     cuda = (watch.first("start") or {}).get("cuda")
     return bool(cuda) or any(is_reduced(state) for state in watch.all("precision"))
 

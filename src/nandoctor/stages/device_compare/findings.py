@@ -3,6 +3,7 @@ target does not, `device` when the CPU and the accelerator disagree at the same 
 
 from __future__ import annotations
 
+from nandoctor.instrument.precision import REDUCED_LABELS
 from nandoctor.report.model import Finding, Location, display_path
 
 NAME = "device_compare"
@@ -88,13 +89,12 @@ def _op_finding(record: dict, run_went_bad: bool) -> Finding | None:
     )
 
 
-_REDUCED = ("float16", "bfloat16", "tf32")
-
-
 def _reduced_on_the_chain(record: dict) -> bool:
     """The failing op, or the op where its rounding began, computed below float32."""
     drift = record.get("drift_from")
-    return _dtype(record) in _REDUCED or (drift is not None and _dtype(drift) in _REDUCED)
+    return _dtype(record) in REDUCED_LABELS or (
+        drift is not None and _dtype(drift) in REDUCED_LABELS
+    )
 
 
 _FLOAT32_MAX = 3.4028234663852886e38
