@@ -188,3 +188,19 @@ def test_a_failing_stage_is_reported_and_the_others_still_run(monkeypatch, tmp_p
     assert context.earlier["data_scan"].result.status == "failed"
     assert "RuntimeError: probe lost" in context.earlier["data_scan"].result.summary
     assert context.earlier["anomaly"].result.status == "ran"
+
+
+def test_a_reader_that_closes_early_keeps_the_exit_code_and_the_report(tmp_path):
+    """`nandoctor run … | head -1`, or a terminal closed by SIGHUP: the pipe breaks while the
+    report prints, and the status's exit code and the JSON must survive it."""
+    report_path = tmp_path / "report.json"
+    # an inconclusive run: its exit code 4 cannot be mistaken for the 1 of a broken pipe
+    command = [sys.executable, "-m", "nandoctor", "run", str(SCRIPTS / "healthy_mlp.py"),
+               *ANOMALY, "--max-steps", "3", "--json", str(report_path)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    process.stdout.read(10)
+    process.stdout.close()
+    assert process.wait(timeout=120) == 4
+    report = json.loads(report_path.read_text())
+    validate_report(report)
+    assert report["status"] == "inconclusive"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -141,14 +142,25 @@ def finish(report, json_path: Path | None, report_path: Path | None = None) -> N
         if path is not None:
             write(report, path)
             written.append(path)
-    with contextlib.suppress(OSError):  # a closed terminal: the files are what is left
+    try:
         render_report(report, Console())
         err = Console(stderr=True)
         for path in written:
             err.print(f"report written to {path}", style="dim", highlight=False)
+        sys.stdout.flush()
+    except (OSError, SystemExit):  # a closed terminal or pipe: the files are what is left
+        # (rich meets a broken pipe with SystemExit(1), which would replace the status's code)
+        _silence_closed_streams()
     if report.run.get("ended") == "interrupted":
         raise typer.Exit(interrupts.exit_code())
     raise typer.Exit(EXIT_BY_STATUS[report.status])
+
+
+def _silence_closed_streams() -> None:
+    """Point stdout and stderr at the null device, so the exit code stays the status's:
+    otherwise the interpreter's final flush fails again and exits 1."""
+    null = open(os.devnull, "w")  # noqa: SIM115 - kept open until the process exits
+    sys.stdout = sys.stderr = null
 
 
 def diagnose_and_finish(
