@@ -4,9 +4,11 @@ flags) against the plain script's time to the failure.
 Workloads in `benchmarks/late/`: a corrupt data row first drawn late, a slow-onset overflow in a
 hand-written softmax, a warm-up to a peak learning rate that is too high (each set to fail at
 about step 300, 3,000 and 10,000 with `--fail-at`), and a 55M-parameter MLP whose log(0) comes
-at step 3. For each it prints the plain time, the whole command's time and their ratio, each
-stage's share, the peak resident memory of the largest process against the plain run's, and
-the verdict: status, top cause, its line and whether its fix was verified.
+at step 3. Each workload stops at its first non-finite loss, so its plain time is the time to
+the failure. For each it prints the plain time, the whole command's time and their ratio, each
+stage's share, the peak memory of all the command's processes together (rewind points
+included) against the plain run's, the verdict (status, top cause, its line and whether its fix
+was verified), and the step each re-run started from.
 
     python benchmarks/bench_late_failure.py [--only corrupt_row,big] [--fail-at 300,3000,10000]
 """
@@ -14,7 +16,9 @@ the verdict: status, top cause, its line and whether its fix was verified.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,22 +28,53 @@ from pathlib import Path
 LATE = Path(__file__).resolve().parent / "late"
 STEPPED = ("corrupt_row", "slow_exp_overflow", "warmup_peak")
 BIG = "big_model_log_zero"
-# Runs a command and prints the peak resident set of its largest descendant (kB on Linux).
-_MEASURED = (
-    "import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
-    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
-    "sys.exit(code)"
-)
+_SAMPLE_S = 0.05
 
 
-def measured(command: list[str], cwd: str) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS in MB, and stdout of `command`."""
+def measured(command: list[str], cwd: str) -> tuple[float, int]:
+    """Wall seconds of `command`, and the peak of the memory its processes use together, in MB:
+    the sum of their proportional set sizes (PSS: a page shared by a fork and its parent counts
+    half to each), sampled every 50 ms. Its processes: its descendants, and those whose command
+    line names `cwd` (rewind points outlive the run that forked them and are adopted by init;
+    nandoctor's temp folder, under `cwd` here, is in theirs)."""
+    env = {**os.environ, "TMPDIR": cwd}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", _MEASURED, *command], cwd=cwd,
-                          capture_output=True, text=True)  # fmt: skip
-    seconds = time.monotonic() - started
-    peak_kb = int(done.stderr.strip().splitlines()[-1])
-    return seconds, peak_kb // 1024, done.stdout
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+    peak_kb = 0
+    while process.poll() is None:
+        peak_kb = max(peak_kb, sum(map(_pss_kb, _processes_of(process.pid, cwd))))
+        time.sleep(_SAMPLE_S)
+    return time.monotonic() - started, peak_kb // 1024
+
+
+def _processes_of(root: int, marker: str) -> set[int]:
+    parents, named = {}, set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as file:
+                parents[int(entry)] = int(file.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                if marker.encode() in file.read():
+                    named.add(int(entry))
+    found, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found]
+        found.update(children)
+        frontier += children
+    return found | named
+
+
+def _pss_kb(pid: int) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as file:
+            for line in file:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    return 0
 
 
 def top_cause(report: dict) -> str:
@@ -55,11 +90,11 @@ def top_cause(report: dict) -> str:
 def bench(script: str, args: list[str]) -> dict:
     path = str(LATE / f"{script}.py")
     with tempfile.TemporaryDirectory(prefix="bench-late-") as scratch:
-        plain_s, plain_mb, _ = measured([sys.executable, path, *args], scratch)
+        plain_s, plain_mb = measured([sys.executable, path, *args], scratch)
         report_path = Path(scratch) / "report.json"
         command = [sys.executable, "-m", "nandoctor", "run", path, "--json", str(report_path),
                    "--", *args]  # fmt: skip
-        run_s, run_mb, _ = measured(command, scratch)
+        run_s, run_mb = measured(command, scratch)
         report = json.loads(report_path.read_text())
     stages = {name: stage.get("duration_s") or 0.0 for name, stage in report["stages"].items()}
     return {
@@ -73,6 +108,7 @@ def bench(script: str, args: list[str]) -> dict:
         "run_mb": run_mb,
         "stages": stages,
         "verdict": top_cause(report),
+        "reruns": (report.get("run") or {}).get("reruns", []),
     }
 
 
@@ -84,9 +120,11 @@ def print_row(row: dict) -> None:
     shares += f", verification and start-up {rest / row['plain_s']:.2f}x"
     print(f"{row['script']:20} {row['args']:15} step {row['failed_at']!s:>6}  "
           f"plain {row['plain_s']:6.1f}s  run {row['run_s']:6.1f}s  {row['ratio']:5.2f}x  "
-          f"peak {row['run_mb']} MB vs {row['plain_mb']} MB")  # fmt: skip
+          f"memory {row['run_mb']} MB vs {row['plain_mb']} MB")  # fmt: skip
     print(f"{'':20} stages: {shares}")
-    print(f"{'':20} {row['verdict']}", flush=True)
+    print(f"{'':20} {row['verdict']}")
+    starts = ", ".join(f"{r['run']} from {r['from_step']}" for r in row["reruns"])
+    print(f"{'':20} re-runs: {starts or 'none'}", flush=True)
 
 
 def main() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -75,3 +76,14 @@ def nandoctor(tmp_path):
         return run_cli(*args, json_path=tmp_path / "report.json", **kwargs)
 
     return run
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Processes whose command line mentions `text`: every run nandoctor starts, and every
+    rewind point and run resumed from one, names its options file in nandoctor's temp folder."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+    return found

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCRIPTS, run_cli, validate_report
+from conftest import SCRIPTS, processes_mentioning, run_cli, validate_report
 
 ANOMALY = ("--stages", "anomaly")
 
@@ -108,15 +108,15 @@ def test_sigterm_and_sighup_stop_the_child_clean_up_and_write_the_report(tmp_pat
     assert _scratch_left(temp) == [], "scratch folders were left behind"
 
 
-def _children(pid: int) -> list[int]:
-    """Child processes of `pid`, from /proc (Linux)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                found.append(int(stat.parent.name))
-    return found
+def _running_candidates(temp) -> list[int]:
+    """Pids of the sweep candidates that have started their script: started from step 0 or
+    resumed from a rewind point, each says so in its events."""
+    pids = []
+    for events in temp.glob("nandoctor-*/lr_sweep/lr_sweep-*.events.jsonl"):
+        with contextlib.suppress(OSError, ValueError, IndexError):  # not written yet
+            start = json.loads(events.read_text().splitlines()[0])
+            pids.append(start["pid"])
+    return pids
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
@@ -125,16 +125,18 @@ def test_sigterm_during_a_sweep_ends_every_candidate(tmp_path):
     command = [sys.executable, "-m", "nandoctor", "sweep-lr",
                str(SCRIPTS / "hangs_below_full_lr.py"), "--jobs", "2", "--json", str(report_path)]  # fmt: skip
     process, temp = _start_in_own_temp(command, tmp_path)
-    # the watched run and its replay run one at a time; two children at once are candidates
-    assert _wait_for(lambda: len(_children(process.pid)) >= 2), "no two candidates were running"
-    candidates = _children(process.pid)
+    assert _wait_for(lambda: len(_running_candidates(temp)) >= 2), "no two candidates were running"
+    candidates = _running_candidates(temp)
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
     assert process.returncode == 143
     report = json.loads(report_path.read_text())
     validate_report(report)
     assert report["run"]["interrupted_by"] == "SIGTERM"
-    assert all(_gone(pid) for pid in candidates), "a sweep candidate is still running"
+    assert _wait_for(lambda: all(_gone(pid) for pid in candidates), seconds=5), (
+        "a sweep candidate is still running")  # fmt: skip
+    assert _wait_for(lambda: not processes_mentioning(str(temp)), seconds=5), (
+        "a process nandoctor started (a run, a rewind point) is still running")  # fmt: skip
     assert _scratch_left(temp) == [], "scratch folders were left behind"
 
 

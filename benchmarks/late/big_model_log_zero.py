@@ -25,3 +25,5 @@ for step in range(10):
     loss.backward()
     optimizer.step()
     print(f"step {step} loss {loss.item():.4f}")
+    if not torch.isfinite(loss):  # the script stops at the first non-finite loss
+        break

@@ -24,5 +24,8 @@ for step in range(args.fail_at + 100):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
+    if not torch.isfinite(loss):  # the script stops at the first non-finite loss
+        print(f"step {step} loss {loss.item()}: stopping")
+        break
     if step % 1000 == 0:
         print(f"step {step} loss {loss.item():.4f}")

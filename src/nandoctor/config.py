@@ -47,11 +47,24 @@ class VerifySettings:
 
     max_fixes: int = 3  # the strongest causes with an automatic remedy that get a re-run
     # A fixed run must stay finite past the step where the original failed by a margin: this
-    # fraction of that step, and at least `min_margin` steps. A re-run starts from step 0, so
-    # the margin is what a verification adds to the run it repeats.
+    # fraction of the steps the re-run repeats (from step 0, or from a rewind point), and at
+    # least `min_margin` steps.
     margin_factor: float = 0.25
     min_margin: int = 10
     jobs: int = 2  # re-runs at the same time
+
+
+@dataclass(frozen=True)
+class RewindSettings:
+    """Rewind points (child/rewind.py): re-runs resume shortly before the failure instead of
+    repeating the run from step 0, where a fork of the watched run is safe."""
+
+    enabled: bool = True
+    keep: int = 1  # points kept alive; each costs about one copy of what a step rewrites
+    # A new point once this fraction of the run's time so far has passed since the last one,
+    # and at least `min_interval_s`: the newest lies within that fraction before the failure.
+    interval_fraction: float = 0.05
+    min_interval_s: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,7 @@ class Config:
     stages: tuple[str, ...] = STAGE_ORDER
     watch: WatchSettings = field(default_factory=WatchSettings)
     verify: VerifySettings = field(default_factory=VerifySettings)
+    rewind: RewindSettings = field(default_factory=RewindSettings)
     # Each stage documents its own settings in its module (`Settings`).
     data_scan: data_scan.Settings = field(default_factory=data_scan.Settings)
     init_check: init_check.Settings = field(default_factory=init_check.Settings)
@@ -160,6 +174,8 @@ def load_config(
         data = _merge(data, _read_yaml(text, path))
     data = _merge(data, overrides or {})
     config = _build(Config, data, "")
+    if config.rewind.keep < 1:
+        raise ConfigError(f"rewind.keep must be at least 1: got {config.rewind.keep}")
     if config.watch.localize not in ("replay", "always"):
         raise ConfigError(f"watch.localize must be replay or always: got {config.watch.localize!r}")
     unknown_stages = [s for s in config.stages if s not in STAGE_ORDER]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import platform
 import shutil
 import tempfile
@@ -12,7 +13,7 @@ from collections.abc import Callable
 
 import nandoctor
 from nandoctor import interrupts
-from nandoctor.child.events import first_event
+from nandoctor.child.events import first_event, read_events
 from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_finite_through
 from nandoctor.config import Config
 from nandoctor.distributed import primary_rank, rank_summaries
@@ -26,8 +27,10 @@ from nandoctor.ranking import (
     rank_causes,
 )
 from nandoctor.report.model import Location, Report, StageResult
+from nandoctor.rewind import FROM_THE_START, Start, live_points, release, start_for
 from nandoctor.runner import (
     RunOutcome,
+    read_rerun_log,
     rerun_options,
     rerun_timeout_s,
     run_child,
@@ -65,7 +68,10 @@ def watch_script(
         return watch
     from_step = max(0, failure["step"] - 1)
     progress(f"replaying step {failure['step']} with per-op checks…")
-    replay = _replay(target, config, workdir, watch, from_step=from_step)
+    # From a point at or before step K-1, per-op checks see what a replay from step 0 sees:
+    # they switch on at step K-1 either way.
+    start = start_for(watch.events, latest=from_step)
+    replay = _replay(target, config, workdir, watch, from_step=from_step, start=start)
     if replay.interrupted:
         watch.interrupted = True
         return watch
@@ -75,7 +81,7 @@ def watch_script(
         return _only_compiled(watch, replay)  # a replay from step 0 would run eagerly too
     if from_step > 0 and not _broken(replay):
         progress("the replay differed; localizing with per-op checks from the start…")
-        replay = _replay(target, config, workdir, watch, from_step=0)
+        replay = _replay(target, config, workdir, watch, from_step=0, start=FROM_THE_START)
         if replay.nonfinite is not None and replay.nonfinite.get("birth"):
             located = _with_localization(watch, replay, "from the start")
             return _noting_eager_replay(located)
@@ -135,18 +141,34 @@ def _watch_options(target: Target, config: Config, probes: list[str], detect: bo
     """The watched run: the user's own files, with the probes of the selected stages."""
     extra = {s: stage_module(s).probe_settings(config) for s in probes
              if hasattr(stage_module(s), "probe_settings")}  # fmt: skip
-    return script_options(target, config, probes=probes, detect=detect, extra=extra)
+    rewind = dataclasses.asdict(config.rewind) if _rewinds(target, config) else None
+    return script_options(target, config, probes=probes, detect=detect, extra=extra,
+                          rewind=rewind)  # fmt: skip
+
+
+def _rewinds(target: Target, config: Config) -> bool:
+    """Keep rewind points when a re-run may follow: a replay, a sweep, a comparison or a fix
+    verification (the quick profile makes none)."""
+    reruns = (
+        config.watch.localize == "replay"
+        or config.verify.max_fixes > 0
+        or any(stage in config.stages for stage in ("lr_sweep", "device_compare"))
+    )
+    return config.rewind.enabled and reruns and target.nproc_per_node <= 1
 
 
 def _replay(
-    target: Target, config: Config, workdir: str, watch: RunOutcome, from_step: int
+    target: Target, config: Config, workdir: str, watch: RunOutcome, from_step: int, start: Start
 ) -> RunOutcome:
-    """Run the script again with per-op checks from `from_step`, up to the watched failure."""
+    """Run the script again with per-op checks from `from_step`, up to the watched failure,
+    starting at `start` (a rewind point or step 0)."""
     options = rerun_options(target, config, workdir, "replay", detect=True,
                             detect_from_step=from_step)  # fmt: skip
     # per-op checks cost up to a few times a plain step: the limit allows for them
-    timeout_s = rerun_timeout_s(config, watch, 2 * (watch.nonfinite["step"] + 1))
-    return run_child(options, workdir, timeout_s=timeout_s, name=f"replay-from-{from_step}")
+    timeout_s = rerun_timeout_s(config, watch, 2 * (watch.nonfinite["step"] + 1 - start.step))
+    # one name per replay: each run's files (events, log) are its own
+    name = f"replay-from-{from_step}" + (f"-resumed-at-{start.step}" if start.point else "")
+    return run_child(options, workdir, timeout_s=timeout_s, name=name, start=start)
 
 
 def _reproduces(replay: RunOutcome, failure: dict) -> bool:
@@ -292,6 +314,7 @@ def diagnose(
     keep_workdir: bool = False,
 ) -> Report:
     workdir = tempfile.mkdtemp(prefix="nandoctor-")
+    watch = None
     try:
         probes = [s for s in config.stages if getattr(stage_module(s), "PROBE", False)]
         progress("watching the script…")
@@ -309,14 +332,33 @@ def diagnose(
         except KeyboardInterrupt:  # the report is written with what the stages found
             completed = False
         report = build_report(target, watch, context, findings)
+        report.run.update(rewind_summary(watch, read_rerun_log(workdir)))
         if not completed:
             report.run["ended"] = "interrupted"
         if report.run["ended"] == "interrupted":
             report.run["interrupted_by"] = interrupts.received() or "SIGINT"
         return report
     finally:
+        release(watch.events if watch is not None else _watch_events(workdir))
         if not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _watch_events(workdir: str) -> list[dict]:
+    """The watched run's events as far as they got (an interrupted watch returns none)."""
+    return read_events(os.path.join(workdir, "watch.events.jsonl"))[0]
+
+
+def rewind_summary(watch: RunOutcome, reruns: list[dict]) -> dict:
+    """For the report's `run`: the rewind points kept, why none could be, and where each
+    re-run started."""
+    refused = watch.first("rewind_refused")
+    summary = {"reruns": reruns}
+    if points := live_points(watch.events):
+        summary["rewind_points"] = [point.step for point in points]
+    if refused is not None:
+        summary["rewind_refused"] = {"step": refused["step"], "reason": refused["reason"]}
+    return summary
 
 
 def run_facts(watch: RunOutcome) -> RunFacts:

@@ -18,6 +18,7 @@ import nandoctor
 from nandoctor import interrupts
 from nandoctor.child.events import first_event, rank_events_path, read_events
 from nandoctor.child.options import USER_ENVIRONMENT, ChildOptions
+from nandoctor.rewind import RewoundProcess, Start
 
 if TYPE_CHECKING:
     from nandoctor.config import Config
@@ -42,6 +43,14 @@ class RunOutcome:
     # non-finite first (else failed first, else rank 0), so stages read one coherent run.
     ranks: dict[int, list[dict]] = field(default_factory=dict)
     rank: int | None = None
+    # A re-run resumed from a rewind point: the steps before it are the watched run's, and its
+    # events start at this step.
+    start_step: int = 0
+
+    @property
+    def steps_done(self) -> int:
+        """Optimizer steps completed, counted from step 0 also for a resumed run."""
+        return self.start_step + len(self.steps)
 
     def all(self, kind: str) -> list[dict]:
         return [e for e in self.events if e["event"] == kind]
@@ -136,9 +145,11 @@ def run_child(
     show_output: bool = False,
     env: dict[str, str] | None = None,
     name: str = "run",
+    start: Start | None = None,
 ) -> RunOutcome:
     """Run the script in a child process under `options` (through torchrun when it asks for
-    several processes); never raises for the script's sake."""
+    several processes); never raises for the script's sake. A re-run names its `start`: a
+    rewind point to resume from, or step 0; each is listed in the workdir's re-run log."""
     options_path = os.path.join(workdir, f"{name}.options.json")
     options.events_path = os.path.join(workdir, f"{name}.events.jsonl")
     log_path = os.path.join(workdir, f"{name}.log")
@@ -147,15 +158,10 @@ def run_child(
     streams = _EventStreams(options)
     started = time.monotonic()
     with open(log_path, "wb") as log:
-        sink = None if show_output else log
-        process = subprocess.Popen(
-            _launch_command(options, options_path),
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=sink if sink else None,
-            env=env or child_environment(seeded=options.seed is not None),
-            start_new_session=True,  # one process group: DataLoader workers die with it
-        )
+        process, start = _launch(options, options_path, log_path, start, show_output, log, env)
+        if start is not None:
+            outcome.start_step = start.step
+            _log_rerun(workdir, name, start)
         try:
             while True:
                 done = _wait(process, _POLL_S)
@@ -180,6 +186,50 @@ def run_child(
     outcome.duration_s = time.monotonic() - started
     streams.fill(outcome)
     return outcome
+
+
+def _launch(options, options_path, log_path, start, show_output, log, env):
+    """The child process, resumed from `start`'s rewind point when it has one (step 0 when the
+    point does not answer), else started afresh; and where it really started."""
+    if start is not None and start.point is not None:
+        try:
+            return RewoundProcess(start.point, options_path, log_path), start
+        except OSError as error:
+            start = Start(None, f"from step 0: the rewind point at step {start.point.step} did "
+                                f"not answer ({error or type(error).__name__})")  # fmt: skip
+    sink = None if show_output else log
+    process = subprocess.Popen(
+        _launch_command(options, options_path),
+        stdin=subprocess.DEVNULL,
+        stdout=sink,
+        stderr=sink if sink else None,
+        env=env or child_environment(seeded=options.seed is not None),
+        start_new_session=True,  # one process group: DataLoader workers die with it
+    )
+    return process, start
+
+
+RERUN_LOG = "reruns.jsonl"
+
+
+def _log_rerun(workdir: str, name: str, start: Start) -> None:
+    with open(os.path.join(workdir, RERUN_LOG), "a", encoding="utf-8") as file:
+        entry = {"run": name, "from_step": start.step, "why": start.why, "t": time.time()}
+        file.write(json.dumps(entry) + "\n")
+
+
+def read_rerun_log(workdir: str) -> list[dict]:
+    """Every re-run of this diagnosis, in the order each started: its name, the step it
+    started from and why (stages that keep their runs in a folder of their own log there)."""
+    folders = [workdir] + sorted(entry.path for entry in os.scandir(workdir) if entry.is_dir())
+    reruns = []
+    for folder in folders:
+        path = os.path.join(folder, RERUN_LOG)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as file:
+                reruns += [json.loads(line) for line in file if line.strip()]
+    return [{k: v for k, v in rerun.items() if k != "t"}
+            for rerun in sorted(reruns, key=lambda rerun: rerun["t"])]  # fmt: skip
 
 
 def _stopped_by_nandoctor(event: dict) -> bool:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import statistics
 from concurrent.futures import ThreadPoolExecutor
 
 from nandoctor.optimizer_settings import describe_settings
 from nandoctor.ranking import rank_causes
 from nandoctor.report.model import Finding
+from nandoctor.rewind import FROM_THE_START, Start, start_for
 from nandoctor.runner import RunOutcome, rerun_options, rerun_timeout_s, run_child
 from nandoctor.stages import StageContext
 
@@ -36,13 +38,36 @@ def describe_remedy(remedy: dict) -> str:
     return kind
 
 
-def horizon(context: StageContext) -> int:
-    """Steps a fixed run must stay finite: well past the original failure. Not capped by the
-    watch's `--max-steps`: that budget stops the search for a failure, and a fix that held for
-    fewer steps than the failure took proves nothing."""
+def horizon(context: StageContext, start: Start = FROM_THE_START) -> int:
+    """Steps a fixed run must stay finite: well past the original failure, by a margin that
+    grows with the steps the re-run repeats (from `start`). Not capped by the watch's
+    `--max-steps`: that budget stops the search for a failure, and a fix that held for fewer
+    steps than the failure took proves nothing."""
     settings = context.config.verify
     through = _failed_at(context) + 1  # steps up to and including the one that failed
-    return through + max(settings.min_margin, math.ceil(settings.margin_factor * through))
+    repeated = through - start.step
+    return through + max(settings.min_margin, math.ceil(settings.margin_factor * repeated))
+
+
+# Remedies that act on what happens at each step, so a run resumed from a rewind point applies
+# them exactly as a run from step 0 would. The others act when the model or optimizer is built
+# (settings, initialization, dtype) and need the script from its start.
+_AT_EACH_STEP = ("guard_op", "sanitize_inputs")
+# Acting earlier could have prevented the failure: the run resumes some steps before it.
+_OVER_STEPS = ("clip_gradients",)
+
+
+def treatment_start(context: StageContext, remedy: dict) -> Start:
+    """Where the treated re-run of `remedy` starts."""
+    failed_at = _failed_at(context)
+    kind = remedy["kind"]
+    if kind in _AT_EACH_STEP:
+        return start_for(context.watch.events, latest=failed_at)
+    if kind in _OVER_STEPS:  # the remedy needs steps to act
+        return start_for(context.watch.events, latest=failed_at,
+                         lead=context.config.verify.min_margin)  # fmt: skip
+    return Start(None, f"from step 0: {describe_remedy(remedy)} acts when the script builds "
+                       "its model or optimizer")  # fmt: skip
 
 
 def _failed_at(context: StageContext) -> int:
@@ -50,15 +75,21 @@ def _failed_at(context: StageContext) -> int:
     return failure["step"] if failure else len(context.watch.steps)
 
 
-def _treated_run(context: StageContext, remedy: dict, steps: int, name: str) -> RunOutcome:
+def _treated_run(context: StageContext, remedy: dict, name: str) -> tuple[RunOutcome, int]:
+    """The script re-run with `remedy`, and the step it had to stay finite through."""
+    start = treatment_start(context, remedy)
+    steps = horizon(context, start)
     options = rerun_options(context.target, context.config, context.workdir, name,
                             max_steps=steps, remedy=remedy)  # fmt: skip
-    timeout_s = rerun_timeout_s(context.config, context.watch, steps)
-    return run_child(options, context.workdir, timeout_s=timeout_s, name=name)
+    timeout_s = rerun_timeout_s(context.config, context.watch, steps - start.step)
+    run = run_child(options, context.workdir, timeout_s=timeout_s, name=name, start=start)
+    return run, steps
 
 
 def _verdict(run: RunOutcome, steps: int, remedy: dict, failed_at: int) -> tuple[bool, str]:
     what = describe_remedy(remedy)
+    if run.start_step:
+        what += f" from the rewind point at step {run.start_step}"
     if run.nonfinite is not None:
         return False, f"re-ran with {what}: still non-finite at step {run.nonfinite['step']}"
     if error := run.first("script_error"):
@@ -68,7 +99,7 @@ def _verdict(run: RunOutcome, steps: int, remedy: dict, failed_at: int) -> tuple
         )
     if run.timed_out or run.crashed or run.first("internal_error"):
         return False, f"re-ran with {what}: the run did not complete"
-    done = len(run.steps)
+    done = run.steps_done
     ended = (run.end or {}).get("outcome")
     if done < steps and ended != "finished":
         return False, f"re-ran with {what}: stopped after {done} steps, short of {steps}"
@@ -84,9 +115,11 @@ def _diverging(run: RunOutcome) -> str | None:
     losses = [s["loss"] for s in run.steps if isinstance(s.get("loss"), (int, float))]
     if len(losses) < 4:
         return None
-    best, last = min(losses), losses[-1]
-    if math.isfinite(last) and best > 0 and last > _DIVERGED_FACTOR * best and last > losses[0]:
-        return f"the loss kept growing ({losses[0]:.4g} -> {last:.4g})"
+    # Rolling medians: one noisy minibatch near the loss's floor is no trend.
+    smooth = [statistics.median(losses[max(0, i - 4) : i + 1]) for i in range(len(losses))]
+    best, first, last = min(smooth), smooth[0], smooth[-1]
+    if math.isfinite(last) and best > 0 and last > _DIVERGED_FACTOR * best and last > first:
+        return f"the loss kept growing ({first:.4g} -> {last:.4g})"
     return None
 
 
@@ -117,15 +150,14 @@ def verify_findings(context: StageContext, findings: list[Finding]) -> list[Find
     to_try = fixes_to_try(findings, settings.max_fixes)
     if not to_try:
         return findings
-    steps = horizon(context)
     context.progress(f"verifying {len(to_try)} fix(es) by re-running the script…")
     cores_per_run = context.target.nproc_per_node  # a torchrun launch runs that many processes
     workers = max(1, min(settings.jobs, (os.cpu_count() or 1) // cores_per_run))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        runs = list(pool.map(lambda item: _treated_run(context, item[1].remedy, steps, f"verify-{item[0]}"),
+        runs = list(pool.map(lambda item: _treated_run(context, item[1].remedy, f"verify-{item[0]}"),
                              enumerate(to_try)))  # fmt: skip
     verified = {}
-    for finding, run in zip(to_try, runs, strict=True):
+    for finding, (run, steps) in zip(to_try, runs, strict=True):
         ok, line = _verdict(run, steps, finding.remedy, _failed_at(context))
         verified[id(finding)] = dataclasses.replace(
             finding, verified_fix=ok, evidence=(*finding.evidence, line)

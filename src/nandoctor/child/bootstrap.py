@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import platform
 import random
 import runpy
+import signal
 import sys
 import time
 import traceback
@@ -16,6 +19,7 @@ from nandoctor.child.options import USER_ENVIRONMENT, ChildOptions
 
 
 def main() -> None:
+    die_with_parent()  # nandoctor killed outright (SIGKILL) takes its runs along
     _restore_user_environment()
     options = ChildOptions.load(sys.argv[1])
     events = EventWriter(options.events_path_of_this_process())
@@ -37,6 +41,17 @@ def main() -> None:
                 duration_s=round(time.monotonic() - started, 3))  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when the one that started it dies. nandoctor starts
+    each run in a session of its own (so its DataLoader workers can be stopped together),
+    which a terminal's signals no longer reach."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
 
 
 def _restore_user_environment() -> None:
@@ -67,7 +82,7 @@ def _instrument(options: ChildOptions, events: EventWriter):
         # nandoctor's own folder (events, logs, the other runs) is written as it is
         redirect_writes(options.scratch_dir, keep=(os.path.dirname(options.events_path),))
     for probe in options.probes:
-        _install_probe(probe, session, options)
+        install_probe(probe, session, options)
     if options.remedy:  # verifying a fix by treatment
         from nandoctor.instrument.remedies import apply_remedy
 
@@ -82,7 +97,7 @@ def _env_int(name: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def _install_probe(stage: str, session, options: ChildOptions) -> None:
+def install_probe(stage: str, session, options: ChildOptions) -> None:
     """A stage that looks inside the run (data scan, init check) has `install_probe(session,
     options)` in its module, next to the parent-side analysis of what the probe reports."""
     import importlib

@@ -12,6 +12,13 @@ class EventWriter:
         self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the run
         self._pid = os.getpid()
 
+    def retarget(self, path: str) -> None:
+        """From now on, write to `path` as this process: a run resumed from a rewind point
+        speaks for itself, not for the run it was copied from."""
+        self._file.close()
+        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self._pid = os.getpid()
+
     def emit(self, kind: str, **fields) -> None:
         # DataLoader workers forked from the run inherit this object; only the run itself speaks.
         if os.getpid() != self._pid:

@@ -28,6 +28,7 @@ class ChildOptions:
     extra: dict = field(default_factory=dict)  # stage-specific settings
     nproc_per_node: int = 1  # > 1: torchrun launches that many ranks, each writes its events
     rank_grace_s: float = 10.0  # the other ranks' time to stop once one has stopped
+    rewind: dict | None = None  # the watched run: keep rewind points (child/rewind.py)
 
     def events_path_of_this_process(self) -> str:
         """The events file of this process: one per rank when torchrun launched several."""

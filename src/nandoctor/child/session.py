@@ -33,7 +33,8 @@ def _total_norm(tensors: list[torch.Tensor]) -> float:
     if not tensors:
         return 0.0
     norms = torch._foreach_norm([t.detach() for t in tensors])
-    return float(torch.linalg.vector_norm(torch.stack([n.double() for n in norms])))
+    # one float64 reduction: squares of large float32 norms would overflow float32
+    return float(torch.linalg.vector_norm(torch.stack(norms).double()))
 
 
 def _first_nonfinite(tensors: list[torch.Tensor]) -> torch.Tensor | None:
@@ -88,6 +89,10 @@ class WatchSession:
         self._precisions_seen: set[tuple] = set()
         self._autocast_lines: set[tuple | None] = set()
         self.on_batch: list = []  # probes of stages that look at every batch
+        self.rewind = None  # the watched run's RewindKeeper (child/rewind.py)
+        # Tensors that entered torch already non-finite while no detector ran, with where and
+        # when: a detector switched on in a run resumed from a rewind point adopts them.
+        self._entered_nonfinite: list[tuple] = []
 
     # ---- what the detector asks -------------------------------------------------------------
     @property
@@ -134,9 +139,40 @@ class WatchSession:
         self.hooks.compile_used(self._compile_used)
         if self.runs_eagerly:
             self.hooks.compile_disabled()
-        if self.detector is not None:
+        if self.detector is not None or self.options.rewind:
             self.hooks.tensor_sources(self._tensor_entered)
+        if self.options.rewind and self.options.nproc_per_node <= 1:
+            from nandoctor.child.rewind import RewindKeeper
+
+            self.rewind = RewindKeeper(self, self.options.rewind)
         self._activate_detector_at(self.step)
+
+    def resume_as(self, options: ChildOptions) -> None:
+        """In a run resumed from a rewind point: the instrumentation of `options` from now on
+        (per-op checks, the re-run's probes and remedy) instead of the watched run's."""
+        self.options = options
+        self.rewind = None
+        self.on_batch = []  # the watched run's probes saw the steps before the point
+        if options.detect and self.detector is None:
+            self.detector = NonfiniteDetector(self)
+            with self.quiet():
+                for ref, source, location, step in self._entered_nonfinite:
+                    if (tensor := ref()) is not None:
+                        self.detector.adopt_entered(tensor, source, location, step)
+        from nandoctor.child.bootstrap import install_probe
+
+        for probe in options.probes:
+            install_probe(probe, self, options)
+        if options.remedy:
+            from nandoctor.instrument.remedies import apply_remedy
+
+            apply_remedy(options.remedy, self)
+        self._activate_detector_at(self.step)
+
+    @property
+    def compiled(self) -> bool:
+        """The script called torch.compile."""
+        return self._compile_noted
 
     def _activate_detector_at(self, step: int) -> None:
         """Per-op localization runs from `detect_from_step` on: a replay of a failure at step K
@@ -219,9 +255,21 @@ class WatchSession:
     def _tensor_entered(self, source: str, result) -> None:
         # Recorded from the start, also before per-op checks switch on at step K-1 of a replay:
         # a dataset built from numpy before training holds the rows a late batch draws from.
-        if self.detector is not None and not self.paused:
-            with self.quiet():
+        if self.paused:
+            return
+        with self.quiet():
+            if self.detector is not None:
                 self.detector.tensor_entered(source, result)
+            elif self.rewind is not None:
+                self._note_entered(source, result)
+
+    def _note_entered(self, source: str, result) -> None:
+        for t in iter_tensors(result):
+            if is_checked(t) and not is_finite(t):
+                with contextlib.suppress(TypeError):
+                    self._entered_nonfinite.append(
+                        (weakref.ref(t), source, find_user_frame(), self.step)
+                    )
 
     def _optimizer_created(self, optimizer) -> None:
         """Where each optimizer was built and with which settings: the line to edit for an
@@ -290,7 +338,9 @@ class WatchSession:
     def _before_step(self, optimizer) -> None:
         self._stop_if_asked()
         self._remember(optimizer)
-        if self._clock is None:
+        if self._clock is None or self._clock() is None:
+            # The first optimizer that steps keeps the step count; when it is gone (a script
+            # that builds a fresh optimizer each round), the next one that steps takes over.
             self._clock = weakref.ref(optimizer)
         self._check_grads(optimizer)
         self._in_optimizer = True
@@ -330,6 +380,8 @@ class WatchSession:
             self.events.emit("budget_reached", budget="max_steps", steps=self.step)
             self.stopping = True
             raise StopRun("step budget reached")
+        if self.rewind is not None:
+            self.rewind.at_step_boundary()  # a resumed re-run returns from here, reconfigured
 
     # ---- checks -----------------------------------------------------------------------------
     def _check_grads(self, optimizer=None) -> None:

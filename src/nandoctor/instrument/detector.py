@@ -252,7 +252,21 @@ class NonfiniteDetector(TorchDispatchMode):
                 birth = self._entered_birth(t, None, source=source)
                 self._taint[t] = frozenset({birth.id})
 
-    def _entered_birth(self, t: torch.Tensor, func, source: str | None = None) -> Birth:
+    def adopt_entered(self, t: torch.Tensor, source: str, location, step: int) -> None:
+        """A tensor that entered torch non-finite before this detector existed (a run resumed
+        from a rewind point): the birth the detector would have recorded then."""
+        if t not in self._taint:
+            birth = self._entered_birth(t, None, source=source, location=location, step=step)
+            self._taint[t] = frozenset({birth.id})
+
+    def _entered_birth(
+        self,
+        t: torch.Tensor,
+        func,
+        source: str | None = None,
+        location=None,
+        step: int | None = None,
+    ) -> Birth:
         counts = count_nonfinite(t)
         if source is None and _received_from_another_rank(self.context.phase):
             return self._received_birth(t, counts)
@@ -269,13 +283,14 @@ class NonfiniteDetector(TorchDispatchMode):
         birth = self._store(
             op=source or (str(func) if func is not None else "input"),
             module=self.context.module,
-            location=find_user_frame(),
+            location=location or find_user_frame(),
             phase="data" if not constant else self.context.phase,
             explanation=explanation,
             nonfinite=counts.describe(),
             has_nan=counts.nan > 0,
             constant=constant,
             inputs_nonfinite=True,
+            **({} if step is None else {"step": step}),
         )
         return birth
 
@@ -340,7 +355,8 @@ class NonfiniteDetector(TorchDispatchMode):
         )  # fmt: skip
 
     def _store(self, **fields) -> Birth:
-        birth = Birth(id=next(self._ids), step=self.context.step, **fields)
+        fields.setdefault("step", self.context.step)
+        birth = Birth(id=next(self._ids), **fields)
         self.births[birth.id] = birth
         if len(self.births) > _MAX_BIRTHS:
             self.births.popitem(last=False)

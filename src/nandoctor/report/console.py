@@ -95,6 +95,27 @@ def _watched_line(report: Report) -> Text:
     )
 
 
+def _reruns_line(report: Report) -> Text | None:
+    """Where the re-runs started: `re-runs: replay-from-2999 from step 2758 (rewind point),
+    verify-0 from step 0 (...)`."""
+    reruns = report.run.get("reruns") or []
+    if not reruns:
+        return None
+    refused = report.run.get("rewind_refused")
+    groups: dict[tuple, int] = {}  # (kind of run, step, how) -> runs; candidates are many
+    for rerun in reruns:
+        how = "rewind point" if rerun["from_step"] else rerun["why"].removeprefix("from step 0: ")
+        kind = rerun["run"].split("-")[0] if rerun["run"].startswith("lr_sweep") else rerun["run"]
+        key = (kind, rerun["from_step"], how)
+        groups[key] = groups.get(key, 0) + 1
+    parts = [f"{kind}{f' ×{count}' if count > 1 else ''} from step {step} ({how})"
+             for (kind, step, how), count in groups.items()]  # fmt: skip
+    text = "re-runs: " + ", ".join(parts)
+    if refused and all(rerun["from_step"] == 0 for rerun in reruns):
+        text = f"re-runs: {len(reruns)}, all from step 0 (no rewind point: {refused['reason']})"
+    return Text(text, style="dim")
+
+
 def render_report(report: Report, console: Console) -> None:
     style, verdict = _VERDICT_STYLE[report.status], verdict_line(report)
     first = report.first_nonfinite
@@ -105,6 +126,8 @@ def render_report(report: Report, console: Console) -> None:
         console.print(Text(line, style="dim"))
     for note in report.run.get("notes", []):
         console.print(Text(f"note: {note}", style="dim"))
+    if (reruns := _reruns_line(report)) is not None:
+        console.print(reruns)
     if (problem := _script_problem(report)) is not None:
         console.print(problem)
     if first is not None:

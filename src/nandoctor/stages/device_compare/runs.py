@@ -7,10 +7,14 @@ import math
 from dataclasses import dataclass, field
 
 from nandoctor.child.options import ChildOptions
+from nandoctor.rewind import Start, start_for
 from nandoctor.runner import RunOutcome, child_environment, rerun_options, run_child
 from nandoctor.stages import StageContext
 
 NAME = "device_compare"
+# A run on each device from step 0: the comparison is of the whole runs.
+_WHOLE_RUN = Start(None, "from step 0: the CPU and the accelerator each run the script from its "
+                         "start")  # fmt: skip
 
 
 def failure_step(context: StageContext) -> int | None:
@@ -55,8 +59,10 @@ def shadow_run(context: StageContext, shadow_options: dict) -> ShadowRun:
         if event["event"] == "step":
             context.progress(f"device_compare: step {event['step'] + 1} of {stop} shadowed…")
 
+    # the steps before the compared ones run as they did in the watched run: resume there
+    start = start_for(context.watch.events, latest=shadow_options["start"])
     outcome = run_child(options, context.workdir, timeout_s=context.config.watch.timeout_s,
-                        on_event=on_event, name="device-compare-shadow")  # fmt: skip
+                        on_event=on_event, name="device-compare-shadow", start=start)  # fmt: skip
     summaries = outcome.all("shadow_summary")
     return ShadowRun(outcome, outcome.first("shadow_start"), outcome.first("shadow_divergence"),
                      summaries[-1] if summaries else {})  # fmt: skip
@@ -74,7 +80,8 @@ def run_level_comparison(context: StageContext, steps: int, loss_rtol: float, de
         context.progress(f"device_compare: {steps} steps on {side}…")
         outcome = run_child(_options(context, steps), context.workdir, env=env,
                             timeout_s=context.config.watch.timeout_s,
-                            name=f"device-compare-{side.replace(':', '')}")  # fmt: skip
+                            name=f"device-compare-{side.replace(':', '')}",
+                            start=_WHOLE_RUN)  # fmt: skip
         sides[side] = describe_side(outcome)
     return compare_sides(sides["cpu"], sides[device], device, loss_rtol)
 

@@ -47,6 +47,14 @@ class Settings:
     max_jobs: int = 8  # cap on the automatic `jobs`
     max_steps: int = 200  # longest horizon of a candidate, in optimizer steps (`--steps`)
     min_steps: int = 20  # shortest horizon, so early failures still get a fair trial
+    # From a rewind point before the failure at step K (child/rewind.py), candidates repeat
+    # only the steps from there, and must stay stable through K+1 plus `rewound_margin` x
+    # (K+1) steps (at least `horizon_margin`). The newest point at least `rewind_min_lead`
+    # steps before the failure is used (a smaller learning rate needs steps to act), if a
+    # candidate repeats at most `rewound_max_steps` steps from it.
+    rewind_min_lead: int = 20
+    rewound_margin: float = 0.25
+    rewound_max_steps: int = 20000
     horizon_factor: float = 1.5  # horizon = factor x the step the unscaled run failed at ...
     horizon_margin: int = 5  # ... plus this many steps
     run_timeout_s: float | None = None  # per candidate (`--timeout`); None: 60 s + 3x the

@@ -8,11 +8,12 @@ from nandoctor.report.model import Finding, Location
 from nandoctor.stages.lr_sweep.search import CLIP, RunRecord, Search, same
 
 NAME = "lr_sweep"
-LEARNING_RATE, INSENSITIVE, NONE_STABLE, NOT_IMPLICATED = (
+LEARNING_RATE, INSENSITIVE, NONE_STABLE, NOT_IMPLICATED, PAST_SAVING = (
     "learning_rate",
     "lr_insensitive",
     "no_stable_multiplier",
     "not_implicated",
+    "past_saving_at_the_rewind_point",
 )
 
 
@@ -75,6 +76,8 @@ def run_row(record: RunRecord) -> dict:
 
 
 def conclusion_of(search: Search) -> str:
+    if search.past_saving():
+        return PAST_SAVING
     if search.lr_insensitive():
         return INSENSITIVE
     if search.recommended is None:
@@ -153,6 +156,13 @@ def summary(search: Search, horizon: int) -> str:
     base = search.baseline.verdict
     conclusion = conclusion_of(search)
     smallest = label(search.grid[-1])
+    if conclusion == PAST_SAVING:
+        low = search.result_at(search.grid[-1]).verdict
+        return (
+            f"not judged: from the rewind point even ×{smallest} fails, no later than ×1 "
+            f"(steps {low.failure_step} and {base.failure_step}); what broke the run happened "
+            "before the point, so a smaller learning rate from there says nothing about it"
+        )
     if conclusion == INSENSITIVE:
         low = search.result_at(search.grid[-1]).verdict
         return (

@@ -3,6 +3,7 @@ the sweep no longer needs, and turn what each left behind into a `RunRecord`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import re
@@ -12,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from nandoctor.child.options import ChildOptions
+from nandoctor.rewind import Start
 from nandoctor.runner import RunOutcome, child_environment, run_child, signal_groups
 from nandoctor.stages.lr_sweep.search import Planned, RunRecord
 from nandoctor.stages.lr_sweep.verdicts import Verdict, classify
@@ -56,7 +58,7 @@ class Pool:
     def free(self) -> int:
         return len(self._slots)
 
-    def start(self, planned: Planned, options: ChildOptions) -> None:
+    def start(self, planned: Planned, options: ChildOptions, start: Start) -> None:
         slot = self._slots.pop(0)
         name = f"lr_sweep-{planned.key}"
         stop_file = os.path.join(self.workdir, f"{name}.stop")
@@ -66,12 +68,12 @@ class Pool:
             env["CUDA_VISIBLE_DEVICES"] = self.devices[slot % len(self.devices)]
         self.active[planned.key] = ActiveRun(planned, stop_file, slot)
         thread = threading.Thread(
-            target=self._run, args=(planned.key, options, name, env), daemon=True
+            target=self._run, args=(planned.key, options, name, env, start), daemon=True
         )
         self._threads.append(thread)
         thread.start()
 
-    def _run(self, key: str, options: ChildOptions, name: str, env: dict) -> None:
+    def _run(self, key: str, options: ChildOptions, name: str, env: dict, start: Start) -> None:
         try:
             outcome = run_child(
                 options,
@@ -80,6 +82,7 @@ class Pool:
                 on_event=lambda event: self._items.put((EVENT, key, event)),
                 env=env,
                 name=name,
+                start=start,
             )
         except Exception as error:  # a launch failure is this candidate's error, not the sweep's
             text = f"{type(error).__name__}: {error}"
@@ -168,9 +171,12 @@ def record_from(
     *,
     timeout_s: float = 0.0,
     stopped_by_sweep: bool = False,
+    first_step: int = 0,
 ) -> RunRecord:
-    """The history and verdict of one finished run."""
-    steps = outcome.steps
+    """The history and verdict of one finished run. From a rewind point at `first_step`, the
+    steps from there on are judged (the earlier ones are the watched run's, the same for every
+    candidate); the failure steps still count from step 0."""
+    steps = [s for s in outcome.steps if s["step"] >= first_step]
     losses = [s.get("loss") for s in steps]
     amp = outcome.all("lr_sweep_amp")
     unscaled = {
@@ -190,19 +196,30 @@ def record_from(
             grad_norms,
             settings,
             horizon=horizon,
-            nonfinite_step=nonfinite["step"] if nonfinite else None,
+            nonfinite_step=nonfinite["step"] - first_step if nonfinite else None,
             skipped_steps=sum(1 for e in amp if e["skipped"]),
             min_scale=min((e["scale"] for e in amp), default=None),
         )
+    if verdict.failure_step is not None:
+        verdict = dataclasses.replace(verdict, failure_step=verdict.failure_step + first_step)
     return RunRecord(
         planned=planned,
         verdict=verdict,
+        first_step=first_step,
         losses=losses,
         grad_norms=grad_norms,
         lrs=[s.get("lr") or [] for s in steps],
         nonfinite_step=nonfinite["step"] if nonfinite else None,
         ended=(outcome.end or {}).get("outcome") or ("timeout" if outcome.timed_out else "died"),
         duration_s=outcome.duration_s,
-        optimizers=outcome.all("lr_sweep_optimizer"),
+        optimizers=outcome.all("lr_sweep_optimizer") or _watched_optimizers(outcome),
         schedulers=outcome.all("lr_sweep_scheduler"),
     )
+
+
+def _watched_optimizers(outcome: RunOutcome) -> list[dict]:
+    """The optimizers as the watched run saw them built (a sweep from a rewind point builds
+    none), in the shape the candidates record them."""
+    return [{"class_name": e["type"], "location": e.get("location"),
+             "lrs": [e["settings"].get("lr")] * e.get("groups", 1)}
+            for e in outcome.all("optimizer")]  # fmt: skip

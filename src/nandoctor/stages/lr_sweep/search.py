@@ -54,6 +54,9 @@ class RunRecord:
     duration_s: float = 0.0
     optimizers: list[dict] = field(default_factory=list)
     schedulers: list[dict] = field(default_factory=list)
+    # A run resumed from a rewind point: its histories start at this step; `verdict` and
+    # `nonfinite_step` count from step 0.
+    first_step: int = 0
 
     @property
     def multiplier(self) -> float:
@@ -173,6 +176,16 @@ class Search:
         failing = [r.multiplier for r in self.measured() if r.verdict.failing]
         above = [m for m in failing if m > stable]
         return stable, (min(above) if above else None)
+
+    def past_saving(self) -> bool:
+        """From a rewind point: the smallest multiplier failed no later than x1. Its updates
+        after the point barely move the weights, so the failure was set before the point."""
+        smallest = self.result_at(self.grid[-1])
+        base = self.baseline.verdict.failure_step
+        if self.baseline.first_step == 0 or smallest is None or base is None:
+            return False
+        step = smallest.verdict.failure_step
+        return smallest.verdict.failing and step is not None and step <= base
 
     def lr_insensitive(self) -> bool:
         """The smallest multiplier fails at about the step the unscaled run failed at."""
@@ -294,7 +307,7 @@ class Search:
         if reference is not None and reference.verdict.verdict == "stable":
             norms, self.clip_source = reference.grad_norms, reference.multiplier
         else:
-            norms = target.grad_norms[: target.verdict.failure_step]
+            norms = target.grad_norms[: target.verdict.failure_step - target.first_step]
             self.clip_source = target.multiplier
         value = clip_value(norms, self.settings)
         if value is None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from nandoctor.child.options import ChildOptions
 from nandoctor.report.model import StageResult
+from nandoctor.rewind import FROM_THE_START, Start, start_for
 from nandoctor.runner import RunOutcome, rerun_timeout_s, script_options
 from nandoctor.stages import StageContext, StageOutcome
 from nandoctor.stages.lr_sweep import conclusions
@@ -28,13 +29,14 @@ NAME = "lr_sweep"
 
 @dataclass(frozen=True)
 class Plan:
-    horizon: int
+    horizon: int  # steps from `start`
     horizon_capped: bool
     jobs: int
     threads: int
     devices: list[str]
     timeout_s: float
     workdir: str
+    start: Start = FROM_THE_START  # every candidate resumes here; its steps count from there
 
 
 def skip_reason(watch: RunOutcome, timeout_s: float) -> str | None:
@@ -86,7 +88,7 @@ def _device_groups(devices: list[str], per_run: int) -> list[str]:
     return groups or ([",".join(devices)] if devices else [])
 
 
-def _beyond_horizon(baseline: RunRecord, settings) -> str | None:
+def _beyond_horizon(baseline: RunRecord, settings, why_from_zero: str) -> str | None:
     """A learning rate is judged stable only past the step where x1 failed, plus a margin: a
     failure later than the longest horizon allows cannot be swept honestly."""
     failed_at = baseline.verdict.failure_step
@@ -95,21 +97,63 @@ def _beyond_horizon(baseline: RunRecord, settings) -> str | None:
     wanted = math.ceil(settings.horizon_factor * failed_at) + settings.horizon_margin
     return (
         f"the run failed at step {failed_at}, past the sweep's longest horizon of "
-        f"{settings.max_steps} steps (lr_sweep.max_steps): no smaller learning rate can be "
+        f"{settings.max_steps} steps (lr_sweep.max_steps), and candidates would start "
+        f"{why_from_zero.removeprefix('from step 0: ')}: no smaller learning rate can be "
         "called stable over fewer steps than the failure took; `--steps "
         f"{wanted}` (sweep-lr) or `lr_sweep: {{max_steps: {wanted}}}` sweeps that far"
     )
 
 
-def choose_plan(context: StageContext, baseline: RunRecord) -> Plan:
+def rewound_horizon(settings, failed_at: int) -> int:
+    """From a rewind point, the step a candidate must stay stable through: past the failure by
+    `rewound_margin` of the steps up to it. The margin scales with the failure step, not with
+    the point's lead: a smaller learning rate that only delays a slow-onset failure by a few
+    steps must not pass for a cure."""
+    through = failed_at + 1
+    return through + max(settings.horizon_margin, math.ceil(settings.rewound_margin * through))
+
+
+def sweep_start(context: StageContext) -> Start:
+    """Where candidates start: the newest rewind point at least `rewind_min_lead` steps before
+    the failure, from which a candidate repeats at most `rewound_max_steps` steps; step 0 when
+    none is (or the watched run stayed finite: nothing to rewind to)."""
+    failure = context.watch.nonfinite
+    if failure is None:
+        return FROM_THE_START
     settings = context.config.lr_sweep
+    failed_at = failure["step"]
+    start = start_for(context.watch.events, latest=failed_at, lead=settings.rewind_min_lead)
+    too_far = rewound_horizon(settings, failed_at) - start.step > settings.rewound_max_steps
+    if start.point and too_far:
+        return Start(None, f"from step 0: the rewind point at step {start.step} is more than "
+                           f"lr_sweep.rewound_max_steps ({settings.rewound_max_steps}) steps "
+                           "from the end of the horizon")  # fmt: skip
+    return start
+
+
+def _before_the_onset(start: Start, whole: RunRecord, settings) -> Start:
+    """A smaller learning rate from the point cannot undo what the steps before it did: when
+    the watched run's loss was already diverging before the point (judged over the whole run),
+    candidates start from step 0."""
+    onset = whole.verdict.failure_step
+    if start.point is None or onset is None or start.step + settings.rewind_min_lead <= onset:
+        return start
+    return Start(None, f"from step 0: the loss was already diverging at step {onset} "
+                       f"({whole.verdict.detail}), before the rewind point at step {start.step}")  # fmt: skip
+
+
+def choose_plan(context: StageContext, baseline: RunRecord, start: Start = FROM_THE_START) -> Plan:
+    settings = context.config.lr_sweep
+    longest = settings.rewound_max_steps if start.point else settings.max_steps
     failed_at = baseline.verdict.failure_step
     if failed_at is None:
         wanted = baseline.steps
+    elif start.point:  # steps a candidate repeats from the point
+        wanted = rewound_horizon(settings, failed_at) - start.step
     else:
         wanted = math.ceil(settings.horizon_factor * failed_at) + settings.horizon_margin
     wanted = max(wanted, settings.min_steps)
-    horizon = min(wanted, settings.max_steps)
+    horizon = min(wanted, longest)
     cores = os.cpu_count() or 1
     cuda = (context.watch.first("start") or {}).get("cuda")
     per_run = context.target.nproc_per_node  # processes (and accelerators) one run takes
@@ -122,12 +166,13 @@ def choose_plan(context: StageContext, baseline: RunRecord) -> Plan:
     os.makedirs(workdir, exist_ok=True)
     return Plan(
         horizon=horizon,
-        horizon_capped=wanted > settings.max_steps,
+        horizon_capped=wanted > longest,
         jobs=jobs,
         threads=context.config.watch.threads or max(1, cores // (jobs * per_run)),
         devices=devices,
         timeout_s=settings.run_timeout_s or derived,
         workdir=workdir,
+        start=start,
     )
 
 
@@ -148,7 +193,7 @@ def candidate_options(context: StageContext, plan: Plan, planned: Planned) -> Ch
     return script_options(
         context.target,
         context.config,
-        max_steps=plan.horizon,
+        max_steps=plan.start.step + plan.horizon,
         threads=plan.threads,
         detect=False,
         probes=[NAME],
@@ -174,8 +219,11 @@ def run(context: StageContext) -> StageOutcome:
     if reason:
         return StageOutcome(StageResult("skipped", reason))
     watched = Planned(1.0, "watched")
-    steps = len(context.watch.steps)
-    baseline = record_from(watched, context.watch, settings, max(steps, 1))
+    start = _before_the_onset(sweep_start(context),
+                              record_from(watched, context.watch, settings, max(len(context.watch.steps), 1)),
+                              settings)  # fmt: skip
+    steps = len(context.watch.steps) - start.step
+    baseline = record_from(watched, context.watch, settings, max(steps, 1), first_step=start.step)
     if baseline.verdict.verdict == "stable":
         details = {
             "recommended_lr_multiplier": 1.0,
@@ -185,17 +233,20 @@ def run(context: StageContext) -> StageOutcome:
         }
         summary = conclusions.not_implicated_summary(baseline)
         return StageOutcome(StageResult("ran", summary, details=details))
-    if reason := _beyond_horizon(baseline, settings):
+    if not start.point and (reason := _beyond_horizon(baseline, settings, start.why)):
         return StageOutcome(StageResult("skipped", reason))
-    plan = choose_plan(context, baseline)
+    plan = choose_plan(context, baseline, start)
     search = Search(settings, baseline, plan.horizon_capped)
     run_search(context, search, plan)
-    result = StageResult(
-        "ran",
-        conclusions.summary(search, plan.horizon),
-        details=conclusions.details(search, plan.horizon, plan.jobs),
-    )
-    return StageOutcome(result, conclusions.findings(search))
+    summary = conclusions.summary(search, plan.horizon)
+    details = conclusions.details(search, plan.horizon, plan.jobs)
+    details["from_step"] = start.step
+    if start.point:
+        failed_at = context.watch.nonfinite["step"]
+        summary = (f"candidates resumed from the rewind point at step {start.step}, "
+                   f"{failed_at - start.step} steps before the failure, each run for up to "
+                   f"{plan.horizon} steps from there: {summary}")  # fmt: skip
+    return StageOutcome(StageResult("ran", summary, details=details), conclusions.findings(search))
 
 
 def run_search(context: StageContext, search: Search, plan: Plan) -> None:
@@ -208,7 +259,7 @@ def run_search(context: StageContext, search: Search, plan: Plan) -> None:
         while not search.done:
             for planned in search.take(pool.free):
                 started[planned.key] = planned
-                pool.start(planned, candidate_options(context, plan, planned))
+                pool.start(planned, candidate_options(context, plan, planned), plan.start)
             for planned in search.doomed():
                 active = pool.active.get(planned.key)
                 pool.stop(planned.key, DISCARD_GRACE_S)
@@ -230,6 +281,7 @@ def run_search(context: StageContext, search: Search, plan: Plan) -> None:
             if key not in search.running:
                 continue  # stopped as no longer needed
             search.record(record_from(planned, payload, settings, plan.horizon,
+                                      first_step=plan.start.step,
                                       timeout_s=plan.timeout_s,
                                       stopped_by_sweep=key in asked_to_stop))  # fmt: skip
             _progress(context, search, pool, plan)

@@ -8,7 +8,8 @@ the first k0 = min(5, H/10) losses, or the very first loss (taken before any upd
   `blowup_min_fraction` (0.5) x the initial loss (a bounce near zero is not a blow-up).
 - D3 diverged: the run ended with the smoothed loss above `runaway_factor` (1.5) x the initial.
 - U1 unstable: in the first max(3, H/10) steps, a jump above `big_spike_ratio` (2) x the first
-  loss that never came back below it; later, two loss spikes (above the level of the previous
+  loss, and by more than `spike_sigmas` robust sigmas of the run's step-to-step changes (not
+  minibatch noise), that never came back below it; later, two loss spikes (above the level of the previous
   steps by `spike_sigmas` (6) robust sigmas of their step-to-step changes, and by
   `spike_ratio` (1.25) x), or one spike of `big_spike_ratio` x that did not recover within
   max(10, H/10) steps. An early rise that ends below the first loss is the catapult phase:
@@ -198,6 +199,11 @@ def _early_rise(values, grads, settings, horizon) -> Verdict | None:
     early = max(3, len(values) // 10)
     peak_at = max(range(1, min(early, len(values))), key=lambda t: values[t])
     if values[peak_at] <= settings.big_spike_ratio * values[0]:
+        return None
+    # Minibatch noise is no jump: it must also stand out of the run's step-to-step changes (a
+    # loss that has not moved at a tiny learning rate still varies batch to batch).
+    changes = [b - a for a, b in zip(values, values[1:], strict=False)]
+    if values[peak_at] - values[0] <= settings.spike_sigmas * robust_sigma(changes):
         return None
     if _smooth(values, horizon)[-1] < values[0]:
         return None  # it recovered: `_warning` notes the early rise

@@ -1,0 +1,333 @@
+"""Rewind points: the watched run keeps a frozen copy of itself from shortly before the failure.
+
+At step boundaries the watched run forks. The copy (a *rewind point*) does no work: it waits on
+a Unix socket. A re-run (the localizing replay, a fix verification, a learning-rate candidate,
+a shadowed comparison) asks it for a run; the point forks again, and that grandchild reconfigures
+nandoctor's instrumentation for the re-run's options and returns into the script, which goes on
+from the step where the point was taken instead of from step 0.
+
+When a fork is safe: one thread, no child processes (DataLoader workers, launched helpers), no
+CUDA context, no process group, no compiled code (it would run compiled in a re-run that needs
+eager ops). A forked process also may not use OpenMP's thread pool of its parent: a resumed
+run computes on one intra-op thread. Everything else is refused, once per reason, and re-runs
+start from step 0.
+
+Points are taken on a clock, not a step count: a new one once `interval_fraction` of the run's
+time so far has passed since the last (at least `min_interval_s`, and at least 20 times what
+the last point took to take, so points cost at most about 5 % of the run), so their number
+grows with the log of the run's length, and the newest lies within that fraction of the run
+before the failure. The newest `keep` are kept; older ones are ended. A point costs the memory
+the watched run rewrites after the fork (copy on write): about one copy of parameters,
+optimizer state and activations.
+
+Files: a resumed run writes into its scratch folder (instrument/files.py), and files the script
+already held open for writing get private copies in that folder, at the same offset, so the
+user's log or CSV is not appended to by a re-run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import socket
+import stat
+import struct
+import sys
+import threading
+import time
+
+from nandoctor.child.bootstrap import die_with_parent
+from nandoctor.child.options import ChildOptions
+
+_POLL_S = 0.2
+# A point is due no sooner than this many times what the last one cost: points take at most
+# about 1/20 of the run's time.
+_OVERHEAD_FACTOR = 20.0
+
+
+class RewindKeeper:
+    """In the watched run: takes, keeps and retires rewind points."""
+
+    def __init__(self, session, settings: dict) -> None:
+        self.session = session
+        self.keep = int(settings.get("keep", 1))
+        self.min_interval_s = float(settings.get("min_interval_s", 0.5))
+        self.fraction = float(settings.get("interval_fraction", 0.05))
+        self.started = time.monotonic()
+        self.last = self.started
+        self.points: list[tuple[int, int]] = []  # (step, pid) of the live points, oldest first
+        self._refused: set[str] = set()
+        self._last_cost = 0.0  # seconds the last point took to take
+        self._launcher = os.getppid()  # the nandoctor process: points end when it is gone
+
+    def at_step_boundary(self) -> None:
+        """Between two optimizer steps: take a point when one is due and a fork is safe."""
+        now = time.monotonic()
+        due = max(self.min_interval_s, self.fraction * (now - self.started),
+                  _OVERHEAD_FACTOR * self._last_cost)  # fmt: skip
+        if now - self.last < due:
+            return
+        reason = fork_unsafe_reason(self.session, own={pid for _, pid in self.points})
+        if reason is None:
+            try:
+                self._take_point()
+            except OSError as error:  # no point is no reason to fail the user's run
+                reason = f"a rewind point could not be taken: {error}"
+        if reason is not None:
+            self._refuse(reason)
+        # Counted from the end of this one: forking a large process, and the copies its first
+        # writes afterwards make, take a while.
+        self.last = time.monotonic()
+        self._last_cost = self.last - now
+
+    def _refuse(self, reason: str) -> None:
+        if reason not in self._refused:
+            self._refused.add(reason)
+            self.session.events.emit("rewind_refused", step=self.session.step, reason=reason)
+
+    def _take_point(self) -> None:
+        step = self.session.step
+        # An abstract socket (Linux): no path to outgrow a long TMPDIR, nothing left on disk.
+        # Only processes of this user are served (checked on each connection).
+        name = f"nandoctor-{os.getpid()}-{step}-{secrets.token_hex(8)}"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind("\0" + name)
+            listener.listen(16)
+        except OSError:
+            listener.close()
+            raise
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the point: serves until a re-run asks; returns only in that re-run
+            request = _serve(listener, self._launcher)
+            resume(self.session, request, step)
+            return
+        listener.close()
+        self.points.append((step, pid))
+        self.session.events.emit("rewind_point", step=step, pid=pid, socket=name)
+        while len(self.points) > self.keep:
+            self._retire(*self.points.pop(0))
+
+    def _retire(self, step: int, pid: int) -> None:
+        # No run was resumed from it yet (that happens after the watched run): nothing to end
+        # gracefully, and the watched run must not wait for the point's next poll.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        self.session.events.emit("rewind_retired", step=step, pid=pid)
+
+
+def fork_unsafe_reason(session, own: set[int] = frozenset()) -> str | None:
+    """Why this process cannot be forked into a working copy now, or None. `own`: the rewind
+    points, children of this process that a fork need not take along."""
+    import torch
+
+    if children := [pid for pid in _child_processes() if pid not in own]:
+        return (f"the script has child processes ({len(children)}, e.g. DataLoader workers): "
+                "a fork cannot take them along")  # fmt: skip
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others:
+        return (f"the script runs other threads ({', '.join(sorted(others)[:3])}): a fork "
+                "copies their locks but not them")  # fmt: skip
+    if torch.cuda.is_initialized():
+        return "CUDA is in use: a CUDA context cannot be forked"
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return "a torch.distributed process group is in use: its peers cannot be forked"
+    if session.compiled:
+        return "the script uses torch.compile: a re-run from a copy would keep it compiled"
+    return None
+
+
+def _child_processes() -> list[int]:
+    pids: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children", encoding="ascii") as file:
+                pids += [int(p) for p in file.read().split()]
+    return pids
+
+
+# ---- the point ------------------------------------------------------------------------------
+def _serve(listener: socket.socket, launcher: int) -> dict:
+    """Wait for re-run requests; fork one process per request and report how it ended. Returns
+    (in the forked process only) the request it is to run."""
+    os.setsid()  # signals for the watched run's process group are not for the point
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    gc.disable()  # a collection would touch, and so copy, every object's memory
+    ending = []
+    signal.signal(signal.SIGTERM, lambda *_: ending.append(True))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    waiting: list[socket.socket] = []  # connections whose request has not arrived
+    running: dict[int, socket.socket] = {}  # pid of a resumed run -> its requester
+    while not ending and _alive(launcher):
+        readable, _, _ = select.select([listener, *waiting], [], [], _POLL_S)
+        for ready in readable:
+            if ready is listener:
+                connection = listener.accept()[0]
+                if _same_user(connection):
+                    waiting.append(connection)
+                else:
+                    connection.close()
+                continue
+            waiting.remove(ready)
+            request = _read_request(ready)
+            if request is None:
+                ready.close()
+                continue
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                for other in (*waiting, *running.values(), ready):
+                    other.close()
+                _restore_signals()
+                return request
+            running[pid] = ready
+            _send(ready, {"pid": pid})
+        _reap(running)
+    for pid in running:  # nandoctor is gone or done: so are the runs it asked for
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    os._exit(0)
+
+
+def _same_user(connection: socket.socket) -> bool:
+    """The connecting process runs as this process's user (SO_PEERCRED: pid, uid, gid)."""
+    credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                        struct.calcsize("3i"))  # fmt: skip
+    _, uid, _ = struct.unpack("3i", credentials)
+    return uid == os.getuid()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_request(connection: socket.socket) -> dict | None:
+    data = b""
+    connection.settimeout(5.0)
+    with contextlib.suppress(OSError):
+        while not data.endswith(b"\n"):
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def _send(connection: socket.socket, message: dict) -> None:
+    with contextlib.suppress(OSError):
+        connection.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _reap(running: dict[int, socket.socket]) -> None:
+    while running:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        connection = running.pop(pid, None)
+        if connection is not None:
+            _send(connection, {"exit": os.waitstatus_to_exitcode(status)})
+            connection.close()
+
+
+def _restore_signals() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# ---- the resumed run ------------------------------------------------------------------------
+def resume(session, request: dict, step: int) -> None:
+    """In the process a re-run asked for: become that run, then go back into the script."""
+    import torch
+
+    os.setsid()  # its own process group, as a run started from step 0 has
+    die_with_parent()  # the point is its parent
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    gc.enable()
+    # OpenMP's pool belongs to the forked parent: using it here hangs. One thread is safe.
+    torch.set_num_threads(1)
+    options = ChildOptions.load(request["options"])
+    session.events.retarget(options.events_path)
+    session.events.emit("start", pid=os.getpid(), torch=torch.__version__,
+                        python=sys.version.split()[0], cuda=False, detect=options.detect,
+                        rank=None, world_size=None, resumed_from=step)  # fmt: skip
+    if options.scratch_dir:
+        from nandoctor.instrument.files import redirect_writes
+
+        nandoctor_folder = os.path.dirname(options.events_path)
+        private_copies_of_open_files(options.scratch_dir, keep=(nandoctor_folder,))
+        redirect_writes(options.scratch_dir, keep=(nandoctor_folder,))
+    session.resume_as(options)
+
+
+def private_copies_of_open_files(scratch_dir: str, keep: tuple[str, ...]) -> list[str]:
+    """Files this process holds open for writing, replaced (same descriptor, same offset) by
+    copies in `scratch_dir`: the watched run opened them, a re-run must not write to them."""
+    copied = []
+    for fd in _open_descriptors():
+        path = _writable_regular_file(fd)
+        if path is None or any(path.startswith(folder + os.sep) for folder in keep):
+            continue
+        copy = os.path.join(scratch_dir, "open-files", path.lstrip(os.sep))
+        os.makedirs(os.path.dirname(copy), exist_ok=True)
+        shutil.copyfile(path, copy)
+        flags = _descriptor_flags(fd) & (os.O_ACCMODE | os.O_APPEND)
+        replacement = os.open(copy, flags)
+        os.lseek(replacement, os.lseek(fd, 0, os.SEEK_CUR), os.SEEK_SET)
+        os.dup2(replacement, fd)
+        os.close(replacement)
+        copied.append(path)
+    return copied
+
+
+def _open_descriptors() -> list[int]:
+    try:
+        return sorted(int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2)
+    except OSError:
+        return []
+
+
+def _writable_regular_file(fd: int) -> str | None:
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        if _descriptor_flags(fd) & os.O_ACCMODE == os.O_RDONLY:
+            return None
+        path = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    return path if os.path.isfile(path) else None  # a deleted file holds nothing of the user's
+
+
+def _descriptor_flags(fd: int) -> int:
+    with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as file:
+        for line in file:
+            if line.startswith("flags:"):
+                return int(line.split()[1], 8)
+    return 0

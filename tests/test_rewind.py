@@ -1,0 +1,145 @@
+"""Re-runs resume from a rewind point shortly before the failure: the report says where each
+started and why, the verdict is the one a run from step 0 gives, the user's open files stay
+untouched, nothing is left running, and a point that cannot be taken falls back to step 0."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SCRIPTS, line_of, processes_mentioning, run_cli
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/fdinfo").exists(), reason="rewind points need Linux (/proc, fork)"
+)
+
+# Points are due every 5 % of the run's time; a test run lasts a second or two.
+FAST_POINTS = "rewind:\n  min_interval_s: 0.05\n"
+
+
+def _diagnose(request, tmp_path: Path, script: str, *script_args: str, config: str = FAST_POINTS):
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(config)
+    # nandoctor's own temp folder: its processes name it. A short path: DataLoader workers
+    # hand tensors over through a Unix socket in the temp folder, whose path has a length limit.
+    temp = Path(tempfile.mkdtemp(prefix="nd-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(temp, ignore_errors=True))
+    result = run_cli("run", str(SCRIPTS / script), "--config", str(config_path), "--",
+                     *script_args, json_path=tmp_path / "report.json", cwd=tmp_path,
+                     env={"TMPDIR": str(temp)})  # fmt: skip
+    return result, temp
+
+
+def _none_left(temp: Path) -> bool:
+    """No process nandoctor started is alive: every run, point and resumed run names its
+    options file in nandoctor's temp folder. A point notices within a poll that its nandoctor
+    is gone."""
+    deadline = time.monotonic() + 5
+    while processes_mentioning(str(temp)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not processes_mentioning(str(temp))
+
+
+def test_replay_and_fix_resume_from_a_point_and_leave_the_users_open_log_alone(request, tmp_path):
+    log = tmp_path / "train.log"
+    result, temp = _diagnose(request, tmp_path, "rewind_open_log.py", str(log))
+    assert result.exit_code == 1, result.stdout + result.stderr
+    report = result.report
+    first = report["first_nonfinite"]
+    assert (first["step"], first["phase"]) == (300, "data")
+    assert first["location"]["line"] == line_of("rewind_open_log.py", "torch.log(")
+    top = report["causes"][0]
+    assert top["category"] == "data" and top["verified_fix"] is True
+    reruns = {r["run"]: r for r in report["run"]["reruns"]}
+    replay = next(r for name, r in reruns.items() if name.startswith("replay-from-299-resumed"))
+    fix = reruns["verify-0"]
+    assert 0 < replay["from_step"] <= 299
+    assert replay["why"] == f"from the rewind point at step {replay['from_step']}"
+    assert 0 < fix["from_step"] <= 299
+    assert any(f"from the rewind point at step {fix['from_step']}" in line
+               for line in top["evidence"])  # fmt: skip
+    assert report["run"]["rewind_points"]
+    # The watched run wrote steps 0-299 to the log it held open; the resumed re-runs wrote
+    # theirs to private copies.
+    lines = log.read_text().splitlines()
+    assert len(lines) == 300 and lines[-1].startswith("step 299 ")
+    assert _none_left(temp), "a rewind point or a re-run is still running"
+
+
+def test_a_sweep_from_a_point_names_the_learning_rate_it_would_from_step_0(request, tmp_path):
+    # two points, so that one lies well before the failure whenever it comes
+    config = FAST_POINTS + "  keep: 2\nlr_sweep:\n  rewind_min_lead: 5\n"
+    result, temp = _diagnose(request, tmp_path, "rewind_warmup_peak.py", config=config)
+    assert result.exit_code == 1, result.stdout + result.stderr
+    report = result.report
+    sweep = report["stages"]["lr_sweep"]
+    assert sweep["status"] == "ran", sweep["summary"]
+    assert sweep["from_step"] > 0
+    assert sweep["summary"].startswith(
+        f"candidates resumed from the rewind point at step {sweep['from_step']}"
+    )
+    top = report["causes"][0]
+    assert top["category"] == "learning_rate" and top["verified_fix"] is True
+    assert top["location"]["line"] == line_of("rewind_warmup_peak.py", "torch.optim.SGD(")
+    assert _none_left(temp)
+
+
+def test_dataloader_workers_refuse_a_point_and_every_rerun_starts_from_step_0(request, tmp_path):
+    result, temp = _diagnose(request, tmp_path, "rewind_loader_workers.py")
+    assert result.exit_code == 1, result.stdout + result.stderr
+    report = result.report
+    refused = report["run"]["rewind_refused"]
+    assert "child processes" in refused["reason"] and "DataLoader workers" in refused["reason"]
+    assert "rewind_points" not in report["run"]
+    reruns = report["run"]["reruns"]
+    assert reruns and all(r["from_step"] == 0 for r in reruns)
+    assert all(r["why"].startswith("from step 0: no rewind point could be taken") for r in reruns)
+    top = report["causes"][0]
+    assert top["category"] == "data" and top["verified_fix"] is True
+    assert report["first_nonfinite"]["step"] == 300
+    assert _none_left(temp)
+
+
+def test_with_points_switched_off_every_rerun_starts_from_step_0(request, tmp_path):
+    result, _ = _diagnose(request, tmp_path, "rewind_open_log.py", str(tmp_path / "train.log"),
+                          config="rewind:\n  enabled: false\n")  # fmt: skip
+    assert result.exit_code == 1
+    report = result.report
+    assert report["run"]["reruns"] and all(r["from_step"] == 0 for r in report["run"]["reruns"])
+    assert report["causes"][0]["category"] == "data"
+    assert report["first_nonfinite"]["step"] == 300
+
+
+_OPEN_FILES = """
+import sys
+from nandoctor.child.rewind import private_copies_of_open_files
+
+user_file, scratch = sys.argv[1], sys.argv[2]
+log = open(user_file, "a")
+log.write("watched\\n")
+log.flush()
+copied = private_copies_of_open_files(scratch, keep=())
+log.write("resumed\\n")
+log.flush()
+print(copied)
+"""
+
+
+def test_files_held_open_for_writing_get_private_copies_at_the_same_offset(request, tmp_path):
+    """What a resumed run does first: each writable file the watched run held open is copied
+    into the scratch folder and the descriptor pointed at the copy, same offset."""
+    import subprocess
+    import sys
+
+    user_file, scratch = tmp_path / "train.log", tmp_path / "scratch"
+    user_file.write_text("before\n")
+    done = subprocess.run([sys.executable, "-c", _OPEN_FILES, str(user_file), str(scratch)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert str(user_file) in done.stdout
+    assert user_file.read_text() == "before\nwatched\n"
+    copy = scratch / "open-files" / str(user_file).lstrip("/")
+    assert copy.read_text() == "before\nwatched\nresumed\n"
