@@ -69,9 +69,15 @@ def watch_script(
     from_step = max(0, failure["step"] - 1)
     progress(f"replaying step {failure['step']} with per-op checks…")
     # From a point at or before step K-1, per-op checks see what a replay from step 0 sees:
-    # they switch on at step K-1 either way.
-    start = start_for(watch.events, latest=from_step)
+    # they switch on at step K-1 either way. A point taken right before step K serves too,
+    # unless the value was already non-finite when its checks began.
+    start = start_for(watch.events, latest=failure["step"])
     replay = _replay(target, config, workdir, watch, from_step=from_step, start=start)
+    if start.step > from_step and _made_before_the_checks(replay):
+        why = (f"from step 0: the NaN/Inf was already in a tensor when the replay resumed at "
+               f"step {start.step}, after step {from_step} where per-op checks begin")  # fmt: skip
+        replay = _replay(target, config, workdir, watch, from_step=from_step,
+                         start=Start(None, why))  # fmt: skip
     if replay.interrupted:
         watch.interrupted = True
         return watch
@@ -87,6 +93,13 @@ def watch_script(
             return _noting_eager_replay(located)
     watch.events.append({"event": "note", "text": _unlocalized_reason(replay, failure, watch)})
     return watch
+
+
+def _made_before_the_checks(replay: RunOutcome) -> bool:
+    """The replay's birth is a tensor that was non-finite before its per-op checks began, with
+    no record of where it entered torch (`torch.from_numpy` and the like are recorded)."""
+    birth = (replay.nonfinite or {}).get("birth") or {}
+    return bool(birth.get("inputs_nonfinite")) and str(birth.get("op", "")).startswith("aten.")
 
 
 def _broken(run: RunOutcome) -> bool:
