@@ -69,11 +69,11 @@ def _processes_of(root: int, marker: str) -> set[int]:
 
 
 def _pss_kb(pid: int) -> int:
-    with contextlib.suppress(OSError, ValueError):
-        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as file:
-            for line in file:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/smaps_rollup",
+                                                       encoding="ascii") as file:  # fmt: skip
+        for line in file:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
     return 0
 
 
