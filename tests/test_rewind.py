@@ -71,8 +71,10 @@ def test_replay_and_fix_resume_from_a_point_and_leave_the_users_open_log_alone(r
 
 
 def test_a_sweep_from_a_point_names_the_learning_rate_it_would_from_step_0(request, tmp_path):
-    # two points, so that one lies well before the failure whenever it comes
-    config = FAST_POINTS + "  keep: 2\nlr_sweep:\n  rewind_min_lead: 5\n"
+    # Three points a fifth of the run apart: one lies 40 steps or more before the failure,
+    # however fast the machine runs the steps.
+    config = ("rewind:\n  min_interval_s: 0.05\n  interval_fraction: 0.2\n  keep: 3\n"
+              "lr_sweep:\n  rewind_min_lead: 40\n")  # fmt: skip
     result, temp = _diagnose(request, tmp_path, "rewind_warmup_peak.py", config=config)
     assert result.exit_code == 1, result.stdout + result.stderr
     report = result.report

@@ -165,10 +165,12 @@ def summary(search: Search, horizon: int) -> str:
         )
     if conclusion == INSENSITIVE:
         low = search.result_at(search.grid[-1]).verdict
+        since = search.baseline.first_step
         return (
             f"not the learning rate: ×1 and ×{smallest} both fail at about the same step "
             f"({base.failure_step} and {low.failure_step}); a {2 ** len(search.grid)}x smaller "
             "learning rate did not move the failure"
+            + (f" (from step {since} on: the rate before it was not varied)" if since else "")
         )
     if conclusion == NONE_STABLE:
         return f"no multiplier down to ×{smallest} trained stably for {horizon} steps"
