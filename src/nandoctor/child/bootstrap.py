@@ -73,22 +73,39 @@ def _instrument(options: ChildOptions, events: EventWriter):
     if options.threads:
         torch.set_num_threads(options.threads)
     session = WatchSession(options, events)
+    announce_start(events, options, cuda=torch.cuda.is_available())
+    keep_writes_in_scratch(options)
+    install_probes_and_remedy(session, options)
+    session.install()
+    return session
+
+
+def announce_start(events: EventWriter, options: ChildOptions, cuda: bool, **fields) -> None:
+    """The run's first event: which process it is, and what it checks."""
+    import torch
+
     events.emit("start", pid=os.getpid(), torch=torch.__version__, python=platform.python_version(),
-                cuda=torch.cuda.is_available(), detect=options.detect,
-                rank=_env_int("RANK"), world_size=_env_int("WORLD_SIZE"))  # fmt: skip
-    if options.scratch_dir:  # a re-run: what the script writes must not touch the user's files
+                cuda=cuda, detect=options.detect, rank=_env_int("RANK"),
+                world_size=_env_int("WORLD_SIZE"), **fields)  # fmt: skip
+
+
+def keep_writes_in_scratch(options: ChildOptions) -> None:
+    """A re-run: what the script writes must not touch the user's files (nandoctor's own
+    folder is written as it is)."""
+    if options.scratch_dir:
         from nandoctor.instrument.files import redirect_writes
 
-        # nandoctor's own folder (events, logs, the other runs) is written as it is
-        redirect_writes(options.scratch_dir, keep=(os.path.dirname(options.events_path),))
+        redirect_writes(options.scratch_dir, keep=(options.own_folder,))
+
+
+def install_probes_and_remedy(session, options: ChildOptions) -> None:
+    """The stages' probes of this run, and the fix it verifies by treatment, if any."""
     for probe in options.probes:
-        install_probe(probe, session, options)
-    if options.remedy:  # verifying a fix by treatment
+        _install_probe(probe, session, options)
+    if options.remedy:
         from nandoctor.instrument.remedies import apply_remedy
 
         apply_remedy(options.remedy, session)
-    session.install()
-    return session
 
 
 def _env_int(name: str) -> int | None:
@@ -97,7 +114,7 @@ def _env_int(name: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def install_probe(stage: str, session, options: ChildOptions) -> None:
+def _install_probe(stage: str, session, options: ChildOptions) -> None:
     """A stage that looks inside the run (data scan, init check) has `install_probe(session,
     options)` in its module, next to the parent-side analysis of what the probe reports."""
     import importlib

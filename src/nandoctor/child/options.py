@@ -30,6 +30,12 @@ class ChildOptions:
     rank_grace_s: float = 10.0  # the other ranks' time to stop once one has stopped
     rewind: dict | None = None  # the watched run: keep rewind points (child/rewind.py)
 
+    @property
+    def own_folder(self) -> str:
+        """nandoctor's folder of this diagnosis (events, logs, the other runs): a re-run writes
+        there as it is, never into its scratch folder."""
+        return os.path.dirname(self.events_path)
+
     def events_path_of_this_process(self) -> str:
         """The events file of this process: one per rank when torchrun launched several."""
         if self.nproc_per_node <= 1:

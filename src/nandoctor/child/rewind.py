@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 
-from nandoctor.child.bootstrap import die_with_parent
+from nandoctor.child.bootstrap import announce_start, die_with_parent, keep_writes_in_scratch
 from nandoctor.child.options import ChildOptions
 
 _POLL_S = 0.2
@@ -274,15 +274,11 @@ def resume(session, request: dict, step: int) -> None:
     torch.set_num_threads(1)
     options = ChildOptions.load(request["options"])
     session.events.retarget(options.events_path)
-    session.events.emit("start", pid=os.getpid(), torch=torch.__version__,
-                        python=sys.version.split()[0], cuda=False, detect=options.detect,
-                        rank=None, world_size=None, resumed_from=step)  # fmt: skip
+    # no CUDA: a point is only taken in a process that never used it
+    announce_start(session.events, options, cuda=False, resumed_from=step)
     if options.scratch_dir:
-        from nandoctor.instrument.files import redirect_writes
-
-        nandoctor_folder = os.path.dirname(options.events_path)
-        private_copies_of_open_files(options.scratch_dir, keep=(nandoctor_folder,))
-        redirect_writes(options.scratch_dir, keep=(nandoctor_folder,))
+        private_copies_of_open_files(options.scratch_dir, keep=(options.own_folder,))
+    keep_writes_in_scratch(options)
     session.resume_as(options)
 
 

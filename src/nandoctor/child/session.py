@@ -141,7 +141,7 @@ class WatchSession:
             self.hooks.compile_disabled()
         if self.detector is not None or self.options.rewind:
             self.hooks.tensor_sources(self._tensor_entered)
-        if self.options.rewind and self.options.nproc_per_node <= 1:
+        if self.options.rewind:  # asked for single-process runs only (diagnose._rewinds)
             from nandoctor.child.rewind import RewindKeeper
 
             self.rewind = RewindKeeper(self, self.options.rewind)
@@ -159,14 +159,9 @@ class WatchSession:
                 for ref, source, location, step in self._entered_nonfinite:
                     if (tensor := ref()) is not None:
                         self.detector.adopt_entered(tensor, source, location, step)
-        from nandoctor.child.bootstrap import install_probe
+        from nandoctor.child.bootstrap import install_probes_and_remedy
 
-        for probe in options.probes:
-            install_probe(probe, self, options)
-        if options.remedy:
-            from nandoctor.instrument.remedies import apply_remedy
-
-            apply_remedy(options.remedy, self)
+        install_probes_and_remedy(self, options)
         self._activate_detector_at(self.step)
 
     @property

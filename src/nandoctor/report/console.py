@@ -102,6 +102,9 @@ def _reruns_line(report: Report) -> Text | None:
     if not reruns:
         return None
     refused = report.run.get("rewind_refused")
+    if refused and all(rerun["from_step"] == 0 for rerun in reruns):
+        text = f"re-runs: {len(reruns)}, all from step 0 (no rewind point: {refused['reason']})"
+        return Text(text, style="dim")
     groups: dict[tuple, int] = {}  # (kind of run, step, how) -> runs; candidates are many
     for rerun in reruns:
         how = "rewind point" if rerun["from_step"] else rerun["why"].removeprefix("from step 0: ")
@@ -110,10 +113,7 @@ def _reruns_line(report: Report) -> Text | None:
         groups[key] = groups.get(key, 0) + 1
     parts = [f"{kind}{f' ×{count}' if count > 1 else ''} from step {step} ({how})"
              for (kind, step, how), count in groups.items()]  # fmt: skip
-    text = "re-runs: " + ", ".join(parts)
-    if refused and all(rerun["from_step"] == 0 for rerun in reruns):
-        text = f"re-runs: {len(reruns)}, all from step 0 (no rewind point: {refused['reason']})"
-    return Text(text, style="dim")
+    return Text("re-runs: " + ", ".join(parts), style="dim")
 
 
 def render_report(report: Report, console: Console) -> None:
