@@ -93,6 +93,23 @@ def test_a_single_spike_that_recovers_is_stable():
     assert _verdict(losses).verdict == "stable"
 
 
+def test_a_spike_to_a_higher_plateau_is_u1():
+    losses = [1.0 / (1 + 0.05 * t) for t in range(30)] + [0.9] * 30
+    verdict = _verdict(losses)
+    assert (verdict.verdict, verdict.reason, verdict.failure_step) == ("unstable", "U1", 30)
+
+
+def test_a_long_run_at_its_noise_floor_is_stable():
+    # Heavy-tailed minibatch noise on a slowly falling loss, for as long as a candidate resumed
+    # from a rewind point runs: blips that stand 6 sigmas out come at a steady rate, and the
+    # smoothed loss sits above the median of the steps before any one of them.
+    for seed in range(8):
+        rng = random.Random(seed)
+        losses = [(1.5 * 0.999**t + 0.1) * rng.gammavariate(2.0, 0.5) for t in range(2600)]
+        grads = [rng.gammavariate(2.0, 0.5) for _ in range(2600)]
+        assert _verdict(losses, grads).verdict == "stable", seed
+
+
 def test_an_early_rise_that_recovers_is_the_catapult_phase():
     losses = [1.0, 1.2, 1.6, 1.3, 1.0, 0.8] + [0.8 / (1 + 0.1 * t) for t in range(24)]
     verdict = _verdict(losses)
@@ -193,6 +210,15 @@ def test_a_failure_at_the_same_step_for_every_multiplier_is_not_the_lr():
     assert search.lr_insensitive()
     assert search.recommended is None
     assert len(search.results) == 3  # x1, x1/2 and x1/1024 were enough to tell
+
+
+def test_a_nan_is_ruled_out_only_by_a_nan_at_the_smallest_multiplier():
+    def oracle(planned):
+        if planned.multiplier == 1.0:
+            return Verdict("diverged", "D1", "nan", failure_step=10)
+        return Verdict("diverged", "D2", "smoothed loss 7.9x its best", failure_step=9)
+
+    assert not _simulate(oracle, jobs=2).lr_insensitive()
 
 
 def test_a_spiky_failure_gets_the_clip_experiment():
@@ -445,6 +471,22 @@ def test_a_failure_the_lr_does_not_move_is_not_blamed_on_it(nandoctor, config):
     assert not any(c.get("stage") == "lr_sweep" for c in result.report["causes"])
     smallest = min(run["multiplier"] for run in sweep["runs"])
     assert smallest == 2**-10
+
+
+def test_an_overflow_the_lr_does_not_move_is_the_formulas(nandoctor):
+    # exp(similarity / temperature) with a temperature annealed down: it overflows at the same
+    # step at every learning rate, so the values that grew are not the rate's doing.
+    script = "contrastive_temperature_annealed.py"
+    result = nandoctor("run", script)
+    assert result.exit_code == 1, result.stderr
+    assert result.report["stages"]["lr_sweep"]["conclusion"] == "lr_insensitive"
+    top = result.report["causes"][0]
+    assert top["category"] == "invalid_operation", result.report["causes"]
+    assert top["location"]["line"] == line_of(script, "torch.exp(")
+    assert result.report["first_nonfinite"]["phase"] == "forward"
+    assert any("learning-rate sweep" in line for line in top["evidence"])
+    learning_rate = [c for c in result.report["causes"] if c["category"] == "learning_rate"]
+    assert all(c["confidence"] < top["confidence"] for c in learning_rate)
 
 
 def test_the_sweeps_reruns_leave_the_users_files_alone(nandoctor, config, tmp_path):

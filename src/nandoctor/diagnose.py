@@ -36,7 +36,8 @@ from nandoctor.runner import (
     run_child,
     script_options,
 )
-from nandoctor.stages import StageContext, StageOutcome
+from nandoctor.stages import StageContext, StageOutcome, anomaly
+from nandoctor.stages.lr_sweep import rules_out_the_rate
 from nandoctor.target import Target
 from nandoctor.verify import verify_findings
 
@@ -337,8 +338,13 @@ def diagnose(
         completed = run_stages(context, config.stages, progress)
         findings = [f for outcome in context.earlier.values() for f in outcome.findings]
         findings += settings_findings(watch.all("optimizer"))
+        sweep = context.earlier.get("lr_sweep")
+        rate_ruled_out = rules_out_the_rate(sweep.result if sweep else None)
+        if rate_ruled_out:
+            findings = anomaly.without_the_rate(context, findings, rate_ruled_out)
         try:
-            findings = apply_causal_rules(findings, run_facts(watch))
+            facts = dataclasses.replace(run_facts(watch), rate_ruled_out=rate_ruled_out)
+            findings = apply_causal_rules(findings, facts)
             if completed:
                 findings = apply_verified_rules(verify_findings(context, findings))
             findings = at_the_written_value(findings, target.args)

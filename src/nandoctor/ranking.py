@@ -28,6 +28,8 @@ class RunFacts:
     # Where the script entered a float16/bfloat16 autocast region, when that region (and not
     # the model's own weights) is what computed below float32.
     autocast: dict | None = None
+    # The learning-rate sweep's summary when a much smaller rate failed at about the same step.
+    rate_ruled_out: str | None = None
 
 
 def _finite(values) -> list[float]:
@@ -98,7 +100,10 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
             dataclasses.replace(f, severity="hint") if f.category == "learning_rate" else f
             for f in result
         ]
-    growth = growth_before_failure(facts) if facts.failed_step else None
+    # Growth the learning rate does not drive says nothing against the failing op's formula.
+    growth = (
+        growth_before_failure(facts) if facts.failed_step and not facts.rate_ruled_out else None
+    )
     if (
         not growth
         and _still_improving(facts)
@@ -132,6 +137,10 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
             else f
             for f in result
         ]  # fmt: skip
+    if facts.rate_ruled_out:
+        result = _learning_rate_discounted(
+            result, f"the learning-rate sweep rules it out: {facts.rate_ruled_out}"
+        )
     if any(_absurd_setting(f) and f.category == "optimizer_config" for f in result):
         # weight_decay=1000 or momentum=1.5 with a learning rate in range: a smaller learning
         # rate helps only by shrinking the absurd setting's effect (lr x weight_decay, say)

@@ -14,7 +14,8 @@ start from step 0.
 
 Points are taken on a clock, not a step count: a new one once `interval_fraction` of the run's
 time so far has passed since the last (at least `min_interval_s`, and at least 20 times what
-the last point took to take, so points cost at most about 5 % of the run), so their number
+the last point cost: the fork, and the page copies that slow the step after it; so points cost
+at most about 5 % of the run), so their number
 grows with the log of the run's length, and the newest lies within that fraction of the run
 before the failure. The newest `keep` are kept; older ones are ended. A point costs the memory
 the watched run rewrites after the fork (copy on write): about one copy of parameters,
@@ -65,10 +66,14 @@ class RewindKeeper:
         self._refused: set[str] = set()
         self._last_cost = 0.0  # seconds the last point took to take
         self._launcher = os.getppid()  # the nandoctor process: points end when it is gone
+        self._boundary = self.started  # when the last step ended
+        self._plain_step_s: float | None = None  # the shortest step not right after a point
+        self._just_forked = False
 
     def at_step_boundary(self) -> None:
         """Between two optimizer steps: take a point when one is due and a fork is safe."""
         now = time.monotonic()
+        self._time_the_step(now)
         due = max(self.min_interval_s, self.fraction * (now - self.started),
                   _OVERHEAD_FACTOR * self._last_cost)  # fmt: skip
         if now - self.last < due:
@@ -81,10 +86,23 @@ class RewindKeeper:
                 reason = f"a rewind point could not be taken: {error}"
         if reason is not None:
             self._refuse(reason)
-        # Counted from the end of this one: forking a large process, and the copies its first
-        # writes afterwards make, take a while.
+        # Counted from the end of this one: forking a large process takes a while.
         self.last = time.monotonic()
         self._last_cost = self.last - now
+        self._just_forked = reason is None
+        self._boundary = self.last
+
+    def _time_the_step(self, now: float) -> None:
+        """Add to the last point's cost what the step after it took beyond a plain step: its
+        first writes to each page copy that page (copy on write), which costs the watched run
+        more than the fork itself when the process is large."""
+        took, self._boundary = now - self._boundary, now
+        if self._just_forked:
+            self._just_forked = False
+            if self._plain_step_s is not None:
+                self._last_cost += max(0.0, took - self._plain_step_s)
+        elif self._plain_step_s is None or took < self._plain_step_s:
+            self._plain_step_s = took
 
     def _refuse(self, reason: str) -> None:
         if reason not in self._refused:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from nandoctor.compiled_only import compiled_only_finding, only_compiled
 from nandoctor.fixes import EPS, GUARDABLE_OPS, guard_call_argument, guard_denominator
 from nandoctor.report.model import Finding, FirstNonfinite, Location, StageResult
@@ -28,6 +30,22 @@ def run(context: StageContext) -> StageOutcome:
     summary = f"{first.op} in {first.phase}{where}, step {first.step}: {first.explanation}"
     result = StageResult("ran", summary, context.watch.duration_s)
     return StageOutcome(result, [finding], first_nonfinite=first)
+
+
+def without_the_rate(context: StageContext, findings: list[Finding], reason: str) -> list[Finding]:
+    """This stage's finding decided again once the learning-rate sweep ruled the rate out
+    (`reason`, its summary): an overflow first blamed on growth is the formula's."""
+    event, outcome = context.watch.nonfinite, context.earlier.get(NAME)
+    if event is None or outcome is None or outcome.first_nonfinite is None:
+        return findings
+    first = outcome.first_nonfinite
+    decided = finding_from(first, event, optimizer_of(context.watch, event), rate_ruled_out=True)
+    if decided.category == "learning_rate":
+        return findings
+    decided = dataclasses.replace(
+        decided, evidence=(*decided.evidence, f"learning-rate sweep: {reason}")
+    )
+    return [decided if f.stage == NAME and f.category == "learning_rate" else f for f in findings]
 
 
 def _compiled_only(first: FirstNonfinite, rerun: dict) -> Finding:
@@ -89,9 +107,14 @@ def describe_optimizer(optimizer: dict) -> str:
     return f"{optimizer['type']}({settings})"
 
 
-def finding_from(first: FirstNonfinite, event: dict, optimizer: dict | None = None) -> Finding:
+def finding_from(
+    first: FirstNonfinite, event: dict, optimizer: dict | None = None, rate_ruled_out: bool = False
+) -> Finding:
+    """The finding the first NaN/Inf points at. `rate_ruled_out`: the learning-rate sweep showed
+    that a much smaller rate does not move the failure, so values that grew until an op
+    overflowed are not the rate's doing."""
     birth = event.get("birth") or {}
-    category, title, confidence = _categorize(first, birth)
+    category, title, confidence = _categorize(first, birth, rate_ruled_out)
     evidence = [
         f"{first.op} in {first.phase} at step {first.step}"
         + (f", module {first.module}" if first.module else "")
@@ -157,7 +180,7 @@ def made_the_tensor(first: FirstNonfinite) -> bool:
     return first.op.startswith("torch.") or "conversion" in first.explanation
 
 
-def _categorize(first: FirstNonfinite, birth: dict) -> tuple[str, str, float]:
+def _categorize(first: FirstNonfinite, birth: dict, rate_ruled_out: bool) -> tuple[str, str, float]:
     op = op_base(first.op)
     explanation = first.explanation
     overflow = any(word in explanation for word in _OVERFLOW_WORDS)
@@ -192,6 +215,14 @@ def _categorize(first: FirstNonfinite, birth: dict) -> tuple[str, str, float]:
             # float32 is not a reduced precision: an overflow before any update is a formula
             # (or an input scale) whose result float32 cannot hold, fixed by a stable formula
             return "invalid_operation", f"{op} overflows float32 before any update", 0.6
+        if rate_ruled_out:
+            # Growth the learning rate does not drive: a schedule, a temperature or the inputs'
+            # scale takes the formula past what float32 holds (an annealed softmax scale).
+            return (
+                "invalid_operation",
+                f"{op} overflows float32 at step {first.step}, whatever the learning rate",
+                0.7,
+            )
         return "learning_rate", f"values grew until {op} overflowed at step {first.step}", 0.55
     if first.phase == "backward":
         forward = _forward_op(explanation) or op

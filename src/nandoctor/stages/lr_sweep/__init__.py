@@ -79,6 +79,9 @@ class Settings:
     growth_factor: float = 1.25  # U2: rising loss whose last quarter is this x its best
     grad_growth_factor: float = 10.0  # U3: last-quarter gradient norm this x the first's
     grad_spikes: int = 3  # U3: this many gradient-norm spikes (6 sigma and 3x the median)
+    # U1/U3 on long runs: minibatch noise crosses any spike threshold at a steady rate per step,
+    # so the spikes needed grow with the steps judged, to this fraction of them (2 in 200).
+    spikes_per_step: float = 0.01
     scaler_calibration_steps: int = 20  # U4: GradScaler skips before this step are expected
     scaler_min_skips: int = 2  # U4: more skips than max(this, fraction x steps) ...
     scaler_skip_fraction: float = 0.02  # ... mean the scaler keeps overflowing
@@ -106,6 +109,16 @@ def run(context: StageContext) -> StageOutcome:
     from nandoctor.stages.lr_sweep.sweep import run as run_sweep
 
     return run_sweep(context)
+
+
+def rules_out_the_rate(result: StageResult | None) -> str | None:
+    """The sweep's summary when it showed that a much smaller learning rate fails at about the
+    step x1 failed at (the rate is not the cause), else None."""
+    from nandoctor.stages.lr_sweep.conclusions import INSENSITIVE
+
+    if result is None or (result.details or {}).get("conclusion") != INSENSITIVE:
+        return None
+    return result.summary
 
 
 def render_details(result: StageResult, console) -> None:

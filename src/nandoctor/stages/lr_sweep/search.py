@@ -178,25 +178,32 @@ class Search:
         return stable, (min(above) if above else None)
 
     def past_saving(self) -> bool:
-        """From a rewind point: the smallest multiplier failed no later than x1. Its updates
-        after the point barely move the weights, so the failure was set before the point."""
-        smallest = self.result_at(self.grid[-1])
-        base = self.baseline.verdict.failure_step
-        if self.baseline.first_step == 0 or smallest is None or base is None:
+        """From a rewind point in the second half of the run: the smallest multiplier failed no
+        later than x1. Its updates after the point barely move the weights, so the failure was
+        set before the point. From a point in the first half, most of the updates before the
+        failure were varied: the same result says the rate does not matter (`lr_insensitive`)."""
+        step, base = self._smallest_failed_alike(), self.baseline.verdict.failure_step
+        if step is None or base is None or not base / 2 < self.baseline.first_step:
             return False
-        step = smallest.verdict.failure_step
-        return smallest.verdict.failing and step is not None and step <= base
+        return step <= base
 
     def lr_insensitive(self) -> bool:
         """The smallest multiplier fails at about the step the unscaled run failed at."""
-        smallest = self.result_at(self.grid[-1])
-        base = self.baseline.verdict.failure_step
-        if smallest is None or not smallest.verdict.failing or base is None:
-            return False
-        step = smallest.verdict.failure_step
-        if step is None:
+        step, base = self._smallest_failed_alike(), self.baseline.verdict.failure_step
+        if step is None or base is None:
             return False
         return step <= max(self.settings.insensitive_ratio * base, base + 2)
+
+    def _smallest_failed_alike(self) -> int | None:
+        """The step where the smallest multiplier failed the way x1 did, or None. A NaN/Inf
+        at x1 is reproduced only by a NaN/Inf: a noisy loss at a tiny rate (one sample per
+        step) that a smoothing rule calls blown up is no evidence about that failure."""
+        smallest = self.result_at(self.grid[-1])
+        if smallest is None or not smallest.verdict.failing:
+            return None
+        if self.baseline.verdict.reason == "D1" and smallest.verdict.reason != "D1":
+            return None
+        return smallest.verdict.failure_step
 
     def result_at(self, multiplier: float) -> RunRecord | None:
         return next((r for r in self.results.values() if same(r.multiplier, multiplier)), None)

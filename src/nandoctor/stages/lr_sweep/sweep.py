@@ -271,7 +271,9 @@ def run_search(context: StageContext, search: Search, plan: Plan) -> None:
             if kind == EVENT:
                 active = pool.active.get(key)
                 if payload.get("event") == "step" and active and key not in asked_to_stop:
-                    if blew_up(active.losses, settings, plan.horizon):
+                    if active.due_for_blow_up_check() and blew_up(
+                        active.losses, settings, plan.horizon
+                    ):
                         pool.stop(key)  # diverged already: no need to run out the horizon
                         asked_to_stop.add(key)
                     _progress(context, search, pool, plan)

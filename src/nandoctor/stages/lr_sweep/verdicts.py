@@ -11,13 +11,15 @@ the first k0 = min(5, H/10) losses, or the very first loss (taken before any upd
   loss, and by more than `spike_sigmas` robust sigmas of the run's step-to-step changes (not
   minibatch noise), that never came back below it; later, two loss spikes (above the level of the previous
   steps by `spike_sigmas` (6) robust sigmas of their step-to-step changes, and by
-  `spike_ratio` (1.25) x), or one spike of `big_spike_ratio` x that did not recover within
-  max(10, H/10) steps. An early rise that ends below the first loss is the catapult phase:
-  stable, with a warning.
+  `spike_ratio` (1.25) x), or one spike of `big_spike_ratio` x after which the smoothed loss did
+  not come back to where it was before the spike within max(10, H/10) steps. On runs longer than
+  200 steps the spikes needed grow to `spikes_per_step` (1 %) of the steps. An early rise that
+  ends below the first loss is the catapult phase: stable, with a warning.
 - U2 unstable: the loss grows over the second half (Theil-Sen slope > 0) and its last quarter
   sits above `growth_factor` (1.25) x the best smoothed loss.
 - U3 unstable: the gradient norm of the last quarter is `grad_growth_factor` (10) x that of the
-  first quarter, or `grad_spikes` (3) gradient-norm spikes (6 sigmas and 3x the level).
+  first quarter, or `grad_spikes` (3) gradient-norm spikes (6 sigmas and 3x the level; more
+  on long runs, as for U1).
 - U4 unstable: a GradScaler skipped more than max(`scaler_min_skips`, `scaler_skip_fraction`
   x steps) steps after `scaler_calibration_steps`, or its scale fell below 1.
 """
@@ -225,11 +227,14 @@ def _spikes(values, grads, settings, horizon) -> Verdict | None:
         after = smooth[t + 1 : t + 1 + recovery]
         judged = len(after) >= min(recovery, 3)  # a spike at the very end cannot be judged
         big = values[t] >= settings.big_spike_ratio * abs(level)
-        if big and judged and not any(s < level for s in after):
+        # Smoothed against smoothed: on a noisy loss the average sits above the median of the
+        # steps before the spike, and would never come back below that level.
+        if big and judged and not any(s <= smooth[t - 1] for s in after):
             unrecovered.append(t)
-    if len(found) < 2 and not unrecovered:
+    needed = _spikes_needed(2, len(values), settings)
+    if len(found) < needed and not unrecovered:
         return None
-    t = unrecovered[0] if unrecovered else found[1][0]
+    t = unrecovered[0] if unrecovered else found[needed - 1][0]
     what = "a loss spike that did not recover" if unrecovered else f"{len(found)} loss spikes"
     return Verdict("unstable", "U1", f"{what} (step {t})", t, "spike")
 
@@ -257,10 +262,17 @@ def _gradient_rules(grads: list[float], settings: Settings) -> Verdict | None:
         detail = f"gradient norm grew {late / early:.3g}x"
         return Verdict("unstable", "U3", detail, len(grads) - quarter, "growth")
     found = spike_steps(grads, settings.spike_sigmas, 3.0, settings.spike_window)
-    if len(found) >= settings.grad_spikes:
+    needed = _spikes_needed(settings.grad_spikes, len(grads), settings)
+    if len(found) >= needed:
         detail = f"{len(found)} gradient-norm spikes"
-        return Verdict("unstable", "U3", detail, found[settings.grad_spikes - 1][0], "spike")
+        return Verdict("unstable", "U3", detail, found[needed - 1][0], "spike")
     return None
+
+
+def _spikes_needed(count: int, steps: int, settings: Settings) -> int:
+    """Spikes that make a run unstable: `count`, or on a long run `spikes_per_step` of its
+    steps, whichever is more."""
+    return max(count, math.ceil(settings.spikes_per_step * steps))
 
 
 def _scaler_rules(steps: int, skipped: int, min_scale, settings: Settings) -> Verdict | None:
