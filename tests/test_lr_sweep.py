@@ -233,6 +233,19 @@ def test_a_spiky_failure_gets_the_clip_experiment():
     assert search.clip_run.verdict.verdict == "stable"
 
 
+def test_a_run_that_took_much_memory_sweeps_one_candidate_at_a_time():
+    from types import SimpleNamespace
+
+    from nandoctor.stages.lr_sweep.sweep import _jobs_on_the_cpu
+
+    def context(peak_mb):
+        watch = SimpleNamespace(end={"peak_rss_mb": peak_mb})
+        return SimpleNamespace(config=SimpleNamespace(lr_sweep=SETTINGS), watch=watch)
+
+    assert _jobs_on_the_cpu(context(300.0), cores=4) == 4
+    assert _jobs_on_the_cpu(context(SETTINGS.parallel_max_rss_mb + 1), cores=4) == 1
+
+
 def test_clip_and_rounding_helpers():
     assert round_down(0.35355) == 0.35
     assert round_down(0.125) == 0.12

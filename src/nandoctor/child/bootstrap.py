@@ -23,7 +23,6 @@ def main() -> None:
     _restore_user_environment()
     options = ChildOptions.load(sys.argv[1])
     events = EventWriter(options.events_path_of_this_process())
-    started = time.monotonic()
     try:
         session = _instrument(options, events)
     except Exception as error:  # nandoctor's own failure: say so, run nothing half-instrumented
@@ -37,8 +36,8 @@ def main() -> None:
     # Read at the end: asking earlier can start torch's thread pool before the script sets its
     # own thread count, and idle pool threads then compete with it for the cores.
     events.emit("end", outcome=outcome, steps=session.step, backward_calls=session.backward_calls,
-                threads=torch.get_num_threads(),
-                duration_s=round(time.monotonic() - started, 3))  # fmt: skip
+                threads=torch.get_num_threads(), peak_rss_mb=_peak_rss_mb(),
+                duration_s=round(time.monotonic() - session.started, 3))  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()
 
@@ -52,6 +51,14 @@ def die_with_parent() -> None:
 
 
 _PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (a run resumed from a rewind point counts the pages
+    it shares with the point too)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
 
 
 def _restore_user_environment() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import time
 import weakref
 from collections.abc import Callable
 
@@ -51,6 +52,7 @@ class WatchSession:
         on_nonfinite: Callable | None = None,
         steps_by_backward: bool = True,
     ) -> None:
+        self.started = time.monotonic()
         self.options = options
         self.events = events
         self.step = 0
@@ -151,6 +153,7 @@ class WatchSession:
         """In a run resumed from a rewind point: the instrumentation of `options` from now on
         (per-op checks, the re-run's probes and remedy) instead of the watched run's."""
         self.options = options
+        self.started = time.monotonic()  # the re-run's own time, not the watched run's
         self.rewind = None
         self.on_batch = []  # the watched run's probes saw the steps before the point
         if options.detect and self.detector is None:

@@ -45,6 +45,8 @@ class Settings:
     halvings: int = 10  # multipliers 1/2, 1/4, ... down to 1/2**halvings (`--halvings`)
     jobs: int = 0  # candidates run at once (`--jobs`); 0: one per core, or per accelerator
     max_jobs: int = 8  # cap on the automatic `jobs`
+    parallel_max_rss_mb: float = 1024  # automatic `jobs` on the CPU: 1 when the watched run's
+    # peak memory was above this (each candidate holds its own model and optimizer state)
     max_steps: int = 200  # longest horizon of a candidate, in optimizer steps (`--steps`)
     min_steps: int = 20  # shortest horizon, so early failures still get a fair trial
     # From a rewind point before the failure at step K (child/rewind.py), candidates repeat

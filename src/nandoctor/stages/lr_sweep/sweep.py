@@ -159,7 +159,7 @@ def choose_plan(context: StageContext, baseline: RunRecord, start: Start = FROM_
     per_run = context.target.nproc_per_node  # processes (and accelerators) one run takes
     devices = _device_groups(visible_accelerators(), per_run) if cuda else []
     jobs = settings.jobs or (
-        len(devices) if devices else max(1, min(cores // per_run, settings.max_jobs))
+        len(devices) if devices else _jobs_on_the_cpu(context, cores // per_run)
     )
     derived = rerun_timeout_s(context.config, context.watch, horizon)
     workdir = os.path.join(context.workdir, NAME)
@@ -174,6 +174,17 @@ def choose_plan(context: StageContext, baseline: RunRecord, start: Start = FROM_
         workdir=workdir,
         start=start,
     )
+
+
+def _jobs_on_the_cpu(context: StageContext, cores: int) -> int:
+    """One candidate per core, at most `max_jobs`; one at a time when the watched run's peak
+    memory was above `parallel_max_rss_mb`: each candidate holds its own model, optimizer state
+    and activations, and running them side by side would multiply the run's memory."""
+    settings = context.config.lr_sweep
+    peak_mb = (context.watch.end or {}).get("peak_rss_mb") or 0
+    if peak_mb > settings.parallel_max_rss_mb:
+        return 1
+    return max(1, min(cores, settings.max_jobs))
 
 
 def visible_accelerators() -> list[str]:
