@@ -28,13 +28,15 @@ from pathlib import Path
 LATE = Path(__file__).resolve().parent / "late"
 STEPPED = ("corrupt_row", "slow_exp_overflow", "warmup_peak")
 BIG = "big_model_log_zero"
-_SAMPLE_S = 0.05
+# Each sample walks /proc: sampled more often, it takes a core's share from the runs it measures
+# on a small machine. The processes it looks for live for seconds.
+_SAMPLE_S = 0.25
 
 
 def measured(command: list[str], cwd: str) -> tuple[float, int]:
     """Wall seconds of `command`, and the peak of the memory its processes use together, in MB:
     the sum of their proportional set sizes (PSS: a page shared by a fork and its parent counts
-    half to each), sampled every 50 ms. Its processes: its descendants, and those whose command
+    half to each), sampled every 250 ms. Its processes: its descendants, and those whose command
     line names `cwd` (rewind points outlive the run that forked them and are adopted by init;
     nandoctor's temp folder, under `cwd` here, is in theirs)."""
     env = {**os.environ, "TMPDIR": cwd}

@@ -194,6 +194,20 @@ def test_halving_stops_after_two_stable_runs_in_a_row():
     assert halvings == [2**-10, 0.125, 0.25, 0.5]  # x1/1024 is the early "not the lr" check
 
 
+def test_from_a_rewind_point_halving_goes_in_order_and_reuses_a_stable_run():
+    oracle = _threshold_oracle(0.3)
+    baseline = _record(1.0, "watched", oracle(Planned(1.0, "watched")))
+    baseline.first_step = 40
+    search = Search(SETTINGS, baseline, False)
+    while not search.done:
+        for planned in search.take(1):
+            search.record(_record(planned.multiplier, planned.purpose, oracle(planned)))
+    ran = [r.multiplier for r in search.results.values() if r.planned.purpose != "watched"]
+    assert 2**-10 not in ran  # two stable halvings answered it
+    assert search.recommended in ran and search.verified
+    assert not any(r.planned.purpose == "verify" for r in search.results.values())
+
+
 def test_candidates_past_the_answer_are_stopped():
     search = _simulate(_threshold_oracle(0.3), jobs=4)
     stopped = {p.multiplier for p, _ in search.stopped}

@@ -1,13 +1,13 @@
 """Which multipliers to run, which runs to stop, and what the results recommend.
 
-Halving: multipliers 1/2, 1/4, ... 1/2**halvings, in that order except that the smallest goes
-second: if even it fails at about the step the unscaled run failed, the learning rate is not the
-cause and the sweep ends early. Otherwise halving stops at `stable_in_a_row` consecutive stable
+Halving: multipliers 1/2, 1/4, ... 1/2**halvings, in that order except that from step 0 the
+smallest goes second: if even it fails at about the step the unscaled run failed, the learning
+rate is not the cause and the sweep ends early. Otherwise halving stops at `stable_in_a_row` consecutive stable
 runs; running candidates past that point can no longer change the answer and are stopped.
 Refinement: geometric midpoints between the largest stable multiplier (every smaller one tested
 stable too) and the smallest failing one above it. Recommendation: that stable multiplier times
-a safety margin (1/sqrt 2 when refined and the horizon reached 1.5x the failure, else 1/2),
-then run once to verify it when it was not already run. Clip experiment: a run that failed
+a safety margin (1/sqrt 2 when refined and the horizon reached 1.5x the failure, else 1/2), or
+the largest multiplier already run stable at or below that, else run once to verify it. Clip experiment: a run that failed
 through spikes rather than steady growth is re-run with gradient clipping.
 """
 
@@ -105,7 +105,13 @@ class Search:
         self.baseline = baseline
         self.horizon_capped = horizon_capped
         self.grid = [2.0**-k for k in range(1, settings.halvings + 1)]
-        order = [self.grid[0], self.grid[-1], *self.grid[1:-1]] if len(self.grid) > 2 else self.grid
+        order = self.grid
+        if baseline.first_step == 0 and len(self.grid) > 2:
+            # From step 0 a failing candidate costs as much as the failure took: the smallest
+            # multiplier goes second, to tell early that the rate does not matter. From a
+            # rewind point a failing candidate stops soon after the point, and halving down
+            # to the smallest costs less than one stable run of it.
+            order = [self.grid[0], self.grid[-1], *self.grid[1:-1]]
         self.queue: list[Planned] = [Planned(m, HALVING) for m in order]
         self.running: dict[str, Planned] = {}
         self.results: dict[str, RunRecord] = {baseline.planned.key: baseline}
@@ -283,14 +289,15 @@ class Search:
         catapult = "catapult" in self.result_at(stable).verdict.warning
         confident = refined and not self.horizon_capped and not catapult
         target = stable * (self.settings.margin_refined if confident else self.settings.margin)
-        # A tested multiplier within 0.1% of the target (x1/4 for 0.354 x 0.7071) is the same
-        # advice, already verified.
+        # The largest multiplier already run stable at or below the target (x1/4 for 0.354 x
+        # 0.7071, or the halving's second stable run) is advice already verified: no run of
+        # the full horizon is spent on a value a few percent larger.
         tested = [
             r.multiplier
             for r in self.measured()
-            if math.isclose(r.multiplier, target, rel_tol=1e-3)
+            if r.verdict.verdict == "stable" and r.multiplier <= target * (1 + 1e-3)
         ]
-        self.recommended = tested[0] if tested else round_down(target)
+        self.recommended = max(tested) if tested else round_down(target)
 
     def _plan_verification(self) -> bool:
         if not self.settings.verify_recommendation or self.recommended is None:
