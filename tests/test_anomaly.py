@@ -102,7 +102,9 @@ def test_fix_rewrites_the_users_line(nandoctor):
     )
 
 
-@pytest.mark.parametrize("script", ["healthy_mlp.py", "healthy_masked_attention.py"])
+@pytest.mark.parametrize(
+    "script", ["healthy_mlp.py", "healthy_masked_attention.py", "nonfinite_metric_healthy.py"]
+)
 def test_healthy_scripts_get_no_cause(nandoctor, script):
     result = nandoctor("run", script, *ANOMALY)
     assert result.exit_code == 0, result.stdout + result.stderr

@@ -558,3 +558,34 @@ def test_hand_written_updates_are_steps_and_the_sweep_says_why_it_cannot_scale_t
     sweep = report["stages"]["lr_sweep"]
     assert sweep["status"] == "skipped" and "no torch.optim optimizer" in sweep["summary"]
     assert report["causes"][0]["category"] == "learning_rate"
+
+
+def test_a_script_that_raises_on_the_nan_loss_it_read_is_diagnosed(nandoctor):
+    # The trainer reads `loss.item()`, sees nan and raises before any backward on it.
+    script = "raises_on_nan_loss.py"
+    result = nandoctor("run", script)
+    assert result.exit_code == 1, result.stdout + result.stderr
+    report = result.report
+    assert report["status"] == "nonfinite"
+    assert report["run"]["script_error"]["type"] == "ValueError"
+    first = report["first_nonfinite"]
+    assert first["phase"] == "forward" and first["step"] == len(report["run"]["losses"])
+    assert first["reached"] == f"a value the script read at line {line_of(script, 'value = loss.item()')}"
+    top = report["causes"][0]
+    assert top["category"] == "learning_rate" and top["verified_fix"] is True
+    assert top["location"]["line"] == line_of(script, "torch.optim.SGD(")
+
+
+def test_a_loss_that_diverges_until_math_exp_overflows_is_diagnosed(nandoctor):
+    # pytorch/examples' perplexity: math.exp(loss) raises OverflowError before any NaN/Inf.
+    script = "perplexity_overflow.py"
+    result = nandoctor("run", script)
+    assert result.exit_code == 3, result.stdout + result.stderr
+    report = result.report
+    assert report["status"] == "script_error" and report["first_nonfinite"] is None
+    assert report["run"]["script_error"]["type"] == "OverflowError"
+    assert report["run"]["diverged"]["step"] == len(report["run"]["losses"]) - 1
+    assert "after its loss diverged" in result.stdout
+    top = report["causes"][0]
+    assert top["category"] == "learning_rate" and top["verified_fix"] is True
+    assert top["location"]["line"] == line_of(script, "torch.optim.SGD(")

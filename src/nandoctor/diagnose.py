@@ -24,6 +24,7 @@ from nandoctor.ranking import (
     apply_causal_rules,
     apply_verified_rules,
     at_the_written_value,
+    diverged_then_died,
     rank_causes,
 )
 from nandoctor.report.model import Location, Report, StageResult
@@ -252,6 +253,8 @@ def describe_run(watch: RunOutcome) -> dict:
     }
     if budget:
         run["budget"] = {"name": budget["budget"], "steps": budget["steps"]}
+    if watch.nonfinite is None and (died := diverged_then_died(run["losses"], watch.died)):
+        run["diverged"] = {"step": died[0], "evidence": died[1]}
     if precisions := watch.all("precision"):  # what each model computed in, from which step
         run["precisions"] = [{key: e[key] for key in _PRECISION_FIELDS} for e in precisions]
     if watch.ranks:
@@ -381,10 +384,9 @@ def rewind_summary(watch: RunOutcome, reruns: list[dict]) -> dict:
 
 
 def run_facts(watch: RunOutcome) -> RunFacts:
-    failure = watch.nonfinite
     optimizers = watch.all("optimizer")
     return RunFacts(
-        failed_step=failure["step"] if failure else None,
+        failed_step=watch.failed_step,
         losses=tuple(s.get("loss") for s in watch.steps),
         grad_norms=tuple(s.get("grad_norm") for s in watch.steps),
         optimizer_location=Location.from_dict(optimizers[0].get("location"))

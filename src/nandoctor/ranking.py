@@ -38,16 +38,31 @@ def _finite(values) -> list[float]:
 
 def growth_before_failure(facts: RunFacts) -> str | None:
     """Evidence that values blew up over several steps before the failure, or None."""
-    losses = _finite(facts.losses)
-    if len(losses) >= 3:
-        early = min(losses[: max(1, len(losses) // 2)])
-        late = max(losses[-3:])
-        if early > 0 and late > _GROWTH_FACTOR_LOSS * early:
-            return f"the loss grew from {early:.4g} to {late:.4g} before the failure"
+    if growth := loss_growth(facts.losses):
+        return growth
     norms = _finite(facts.grad_norms)
     if len(norms) >= 3 and norms[0] > 0 and norms[-1] > _GROWTH_FACTOR_GRAD * norms[0]:
         return f"the gradient norm grew from {norms[0]:.4g} to {norms[-1]:.4g} before the failure"
     return None
+
+
+def loss_growth(losses) -> str | None:
+    """The loss's last steps an order of magnitude above its early minimum, or None."""
+    finite = _finite(losses)
+    if len(finite) >= 3:
+        early = min(finite[: max(1, len(finite) // 2)])
+        late = max(finite[-3:])
+        if early > 0 and late > _GROWTH_FACTOR_LOSS * early:
+            return f"the loss grew from {early:.4g} to {late:.4g} before the failure"
+    return None
+
+
+def diverged_then_died(losses, died: bool) -> tuple[int, str] | None:
+    """(step, evidence) when a script that died (an exception, a non-zero exit) with no
+    NaN/Inf seen had seen its loss grow by an order of magnitude first: `OverflowError` in
+    `math.exp(loss)`, an assert on the loss. That death is the failure to diagnose."""
+    growth = loss_growth(losses) if died else None
+    return (len(losses) - 1, growth) if growth else None
 
 
 def scaled_loss(facts: RunFacts) -> Finding | None:

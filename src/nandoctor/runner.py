@@ -71,6 +71,23 @@ class RunOutcome:
         return self.first("end")
 
     @property
+    def died(self) -> bool:
+        """The script raised, or exited with a non-zero code."""
+        exit_event = self.first("script_exit")
+        return self.first("script_error") is not None or bool(exit_event and exit_event.get("code"))
+
+    @property
+    def failed_step(self) -> int | None:
+        """The step the run failed at: its first NaN/Inf that mattered, or the step its script
+        died at after its loss diverged (OverflowError in `math.exp(loss)`, an assert on it)."""
+        from nandoctor.ranking import diverged_then_died
+
+        if self.nonfinite is not None:
+            return self.nonfinite["step"]
+        died = diverged_then_died([s.get("loss") for s in self.steps], self.died)
+        return died[0] if died else None
+
+    @property
     def crashed(self) -> bool:
         """The child died without saying goodbye (segfault, os._exit, killed)."""
         return self.end is None and not self.timed_out and not self.interrupted

@@ -162,6 +162,7 @@ def _run_script(options: ChildOptions, session, events: EventWriter) -> str:
         code = exit_.code
         if code in (None, 0):
             return "finished"
+        session.report_nonfinite_read()
         events.emit("script_exit", code=code if isinstance(code, int) else 1,
                     message=None if isinstance(code, int) else str(code))  # fmt: skip
         return "exit"
@@ -170,6 +171,7 @@ def _run_script(options: ChildOptions, session, events: EventWriter) -> str:
     except BaseException as error:  # the user's own failure is data for the report
         if session.stopping:  # the script failed while being stopped: the stop is what counts
             return "stopped"
+        session.report_nonfinite_read()  # `raise ValueError("loss is nan")` after loss.item()
         events.emit("script_error", **_describe_error(error))
         return "error"
     return "finished"

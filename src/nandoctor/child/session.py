@@ -53,6 +53,7 @@ class WatchSession:
         steps_by_backward: bool = True,
     ) -> None:
         self.started = time.monotonic()
+        self._nonfinite_read: tuple | None = None  # (tensor, SourceLine | None): see _scalar_read
         self.options = options
         self.events = events
         self.step = 0
@@ -139,6 +140,7 @@ class WatchSession:
         self.hooks.autocast_entered(self._autocast_entered)
         self.hooks.optimizers_created(self._optimizer_created)
         self.hooks.compile_used(self._compile_used)
+        self.hooks.scalar_reads(self._scalar_read)
         if self.runs_eagerly:
             self.hooks.compile_disabled()
         if self.detector is not None or self.options.rewind:
@@ -221,6 +223,7 @@ class WatchSession:
 
     def _before_backward(self, tensors) -> None:
         self._stop_if_asked()
+        self._nonfinite_read = None  # the script trains on: what it uses is checked from here
         self.backward_call = find_user_frame()
         self.backward_calls += 1
         self._backward_leaves = leaves_reached_by(list(iter_tensors(tensors)))
@@ -396,12 +399,15 @@ class WatchSession:
 
     def _report(self, tensor: torch.Tensor, reached: str, bad: torch.Tensor) -> None:
         """A non-finite value reached a loss, gradient or parameter: say where it was born."""
+        self.on_nonfinite(self._found(tensor, reached, bad))
+
+    def _found(self, tensor: torch.Tensor, reached: str, bad: torch.Tensor) -> dict:
         birth = None
         if self.detector is not None:
             birth = self.detector.root_birth(self.detector.taint_of(tensor))
         self.found_nonfinite = True
         stepping = getattr(self._stepping, "_nandoctor_index", None) if self._in_optimizer else None
-        self.on_nonfinite({
+        return {
             "reached": reached,
             "step": self.step,
             "phase": self.phase if birth is None else birth.phase,
@@ -409,7 +415,29 @@ class WatchSession:
             "counts": count_nonfinite(bad).describe(),
             "birth": _birth_dict(birth) if birth else None,
             "backward_call": self.backward_call.as_dict() if self.backward_call else None,
-        })  # fmt: skip
+        }  # fmt: skip
+
+    def _scalar_read(self, tensor: torch.Tensor, value) -> None:
+        """The script read a number out of a tensor. A non-finite one computed from the
+        parameters (a loss the script prints, then raises on) is kept: if the script dies
+        before it trains on, that value is the failure it died of."""
+        if self.paused or not isinstance(value, float) or math.isfinite(value):
+            return
+        if tensor.grad_fn is not None:
+            self._nonfinite_read = (tensor, find_user_frame())
+
+    def report_nonfinite_read(self) -> bool:
+        """The script is dying (an exception, a non-zero exit): when it last read a non-finite
+        value and did not train on after it, that value is reported as the NaN/Inf the run
+        failed with."""
+        if self._nonfinite_read is None or self.found_nonfinite:
+            return False
+        tensor, where = self._nonfinite_read
+        line = f" at line {where.line}" if where else ""
+        with self.quiet():
+            found = self._found(tensor, f"a value the script read{line}", tensor)
+        self.events.emit("nonfinite", **found)
+        return True
 
     def _stop_run(self, found: dict) -> None:
         """In a child run: tell the parent, and stop the script."""

@@ -149,6 +149,25 @@ class HookSet:
         scaler_class.scale = scale
         self._undo.append(lambda: setattr(scaler_class, "scale", original))
 
+    def scalar_reads(self, read: Callable) -> None:
+        """Call `read(tensor, value)` after every `tensor.item()` and `float(tensor)`: the
+        values a script prints, logs and checks (`if math.isnan(loss.item()): raise ...`)."""
+        for name in ("item", "__float__"):
+            self._wrap_method(torch.Tensor, name, read)
+
+    def _wrap_method(self, owner: type, name: str, read: Callable) -> None:
+        original = getattr(owner, name)
+        own = name in owner.__dict__  # else inherited (from torch._C.TensorBase): delete to undo
+
+        def wrapper(tensor, *args, **kwargs):
+            value = original(tensor, *args, **kwargs)
+            read(tensor, value)
+            return value
+
+        wrapper.__doc__ = original.__doc__
+        setattr(owner, name, wrapper)
+        self._undo.append(lambda: setattr(owner, name, original) if own else delattr(owner, name))
+
     def add_undo(self, undo: Callable[[], None]) -> None:
         """Run `undo()` when the hooks are removed (a probe's or a remedy's own patches)."""
         self._undo.append(undo)

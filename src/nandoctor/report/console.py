@@ -10,6 +10,7 @@ from rich.text import Text
 from nandoctor.report.model import Cause, FirstNonfinite, Report
 from nandoctor.report.text import rank_lines, stage_rows, verdict_line
 from nandoctor.report.text import where as _where
+from nandoctor.rewind import FROM_THE_START
 
 _VERDICT_STYLE = {
     "healthy": "green",
@@ -111,7 +112,8 @@ def _reruns_line(report: Report) -> Text | None:
         kind = rerun["run"].split("-")[0] if rerun["run"].startswith("lr_sweep") else rerun["run"]
         key = (kind, rerun["from_step"], how)
         groups[key] = groups.get(key, 0) + 1
-    parts = [f"{kind}{f' ×{count}' if count > 1 else ''} from step {step} ({how})"
+    parts = [f"{kind}{f' ×{count}' if count > 1 else ''} from step {step}"
+             + (f" ({how})" if how != FROM_THE_START.why else "")
              for (kind, step, how), count in groups.items()]  # fmt: skip
     return Text("re-runs: " + ", ".join(parts), style="dim")
 

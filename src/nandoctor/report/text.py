@@ -21,7 +21,14 @@ def verdict_line(report: Report) -> str:
         verdict += f": {first.op} in {first.phase} at step {first.step}"
         if first.rank is not None:
             verdict += f" on rank {first.rank} of {len(report.run.get('ranks', []))}"
-    if error := report.run.get("script_error"):
+    error = report.run.get("script_error")
+    if error and report.status == "nonfinite":
+        verdict += f", then the script raised {error.get('type')}"
+    elif error and (diverged := report.run.get("diverged")):
+        verdict = (
+            f"the script raised {error.get('type')} after its loss diverged: {diverged['evidence']}"
+        )
+    elif error:
         verdict = f"the script raised {error.get('type')} before any NaN/Inf was seen"
     if report.status == "inconclusive" and (budget := report.run.get("budget")):
         verdict = (

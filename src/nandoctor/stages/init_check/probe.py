@@ -79,6 +79,11 @@ class InitProbe:
             kind = layer_kind(sub)
             if any(is_lazy(p) for p in sub.parameters(recurse=False)):
                 continue  # lazy modules get their weights during this very forward
+            if kind is not None and not any(w.requires_grad for w in _weights_of(sub, kind)):
+                # Frozen weights were set on purpose (a pretrained backbone, a fixed bilinear
+                # upsampling kernel): no initialization for kappa to judge; growth through them
+                # is still measured.
+                kind = None
             if kind is None:
                 if other := self._other_layer(name or type(root).__name__, name, sub):
                     layers.append(other)

@@ -16,7 +16,7 @@ from nandoctor.child.options import ChildOptions
 from nandoctor.rewind import Start
 from nandoctor.runner import RunOutcome, child_environment, run_child, signal_groups
 from nandoctor.stages.lr_sweep.search import Planned, RunRecord
-from nandoctor.stages.lr_sweep.verdicts import Verdict, classify
+from nandoctor.stages.lr_sweep.verdicts import Verdict, blew_up, classify
 
 EVENT, FINISHED = "event", "finished"
 # A run asked to stop ends at its next optimizer step; one stuck elsewhere (data loading, a
@@ -199,6 +199,8 @@ def record_from(
     error = None if nonfinite or stopped_by_sweep else run_error(outcome, timeout_s)
     if error and _NAN_WORDS.search(error):  # the script's own NaN check got there first
         verdict = Verdict("diverged", "D1", error, len(steps))
+    elif error and blew_up(losses, settings, horizon):  # OverflowError in math.exp(loss)
+        verdict = Verdict("diverged", "D2", f"the loss blew up, then {error}", len(steps) - 1)
     elif error:
         verdict = Verdict("error", "error", error)
     else:

@@ -198,7 +198,7 @@ class Search:
         step, base = self._smallest_failed_alike(), self.baseline.verdict.failure_step
         if step is None or base is None:
             return False
-        return step <= max(self.settings.insensitive_ratio * base, base + 2)
+        return step <= max(self.settings.insensitive_ratio * base, base + 1)
 
     def _smallest_failed_alike(self) -> int | None:
         """The step where the smallest multiplier failed the way x1 did, or None. A NaN/Inf

@@ -65,6 +65,8 @@ def skip_reason(watch: RunOutcome, timeout_s: float) -> str | None:
         return None
     if not watch.steps:
         return "no optimizer step was observed (no torch.optim optimizer stepped): nothing to scale"
+    if watch.failed_step is not None:
+        return None  # the script died of a loss that diverged: its history up to there counts
     if error := run_error(watch, timeout_s):
         return f"the watched run gave no usable history ({error})"
     return None
@@ -117,11 +119,10 @@ def sweep_start(context: StageContext) -> Start:
     """Where candidates start: the newest rewind point at least `rewind_min_lead` steps before
     the failure, from which a candidate repeats at most `rewound_max_steps` steps; step 0 when
     none is (or the watched run stayed finite: nothing to rewind to)."""
-    failure = context.watch.nonfinite
-    if failure is None:
+    failed_at = context.watch.failed_step
+    if failed_at is None:
         return FROM_THE_START
     settings = context.config.lr_sweep
-    failed_at = failure["step"]
     start = start_for(context.watch.events, latest=failed_at, lead=settings.rewind_min_lead)
     too_far = rewound_horizon(settings, failed_at) - start.step > settings.rewound_max_steps
     if start.point and too_far:
@@ -222,7 +223,7 @@ def _scratch(plan: Plan, planned: Planned) -> str:
 def run(context: StageContext) -> StageOutcome:
     settings = context.config.lr_sweep
     reason = skip_reason(context.watch, context.config.watch.timeout_s)
-    if reason is None and context.watch.nonfinite is None and not settings.when_finite:
+    if reason is None and context.watch.failed_step is None and not settings.when_finite:
         reason = (
             "the watched run stayed finite: there is no failure for the learning rate to "
             "explain (`nandoctor sweep-lr` sweeps anyway)"
@@ -253,7 +254,7 @@ def run(context: StageContext) -> StageOutcome:
     details = conclusions.details(search, plan.horizon, plan.jobs)
     details["from_step"] = start.step
     if start.point:
-        failed_at = context.watch.nonfinite["step"]
+        failed_at = context.watch.failed_step
         summary = (f"candidates resumed from the rewind point at step {start.step}, "
                    f"{failed_at - start.step} steps before the failure, each run for up to "
                    f"{plan.horizon} steps from there: {summary}")  # fmt: skip
