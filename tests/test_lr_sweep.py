@@ -570,7 +570,10 @@ def test_a_script_that_raises_on_the_nan_loss_it_read_is_diagnosed(nandoctor):
     assert report["run"]["script_error"]["type"] == "ValueError"
     first = report["first_nonfinite"]
     assert first["phase"] == "forward" and first["step"] == len(report["run"]["losses"])
-    assert first["reached"] == f"a value the script read at line {line_of(script, 'value = loss.item()')}"
+    assert (
+        first["reached"]
+        == f"a value the script read at line {line_of(script, 'value = loss.item()')}"
+    )
     top = report["causes"][0]
     assert top["category"] == "learning_rate" and top["verified_fix"] is True
     assert top["location"]["line"] == line_of(script, "torch.optim.SGD(")
