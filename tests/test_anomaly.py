@@ -61,6 +61,16 @@ def test_values_entering_non_finite_are_born_where_the_tensor_was_made(
     assert result.report["causes"][0]["category"] == "data"
 
 
+def test_a_model_of_bare_tensors_fails_in_its_forward_not_in_the_data(nandoctor):
+    # No nn.Module is ever called: the op that made the NaN still computes from the weights.
+    script = "bare_tensor_log_zero.py"
+    result = nandoctor("run", script, *ANOMALY)
+    first = result.report["first_nonfinite"]
+    assert (first["phase"], first["op"]) == ("forward", "aten.log.default")
+    assert first["location"]["line"] == line_of(script, "torch.log(pred)")
+    assert result.report["causes"][0]["category"] == "invalid_operation"
+
+
 def test_late_failure_is_localized_by_a_replay(nandoctor):
     """The watched run only checks loss/grads/params; the failure at step K is replayed with
     per-op checks from step K-1, and the report says the replay reproduced it."""

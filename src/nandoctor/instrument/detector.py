@@ -46,6 +46,11 @@ _MAX_BIRTHS = 20000
 _MAX_SITES = 500000
 
 
+def _computed_from_parameters(args, kwargs) -> bool:
+    """An input of the op takes part in autograd: a parameter, or a value computed from one."""
+    return any(t.requires_grad for t in iter_tensors((args, kwargs)))
+
+
 def _received_from_another_rank(phase: str) -> bool:
     """Gradients and optimizer state of a multi-process run are what collectives write."""
     if phase not in ("backward", "optimizer"):
@@ -347,8 +352,11 @@ class NonfiniteDetector(TorchDispatchMode):
         else:
             self._forward_births.update(self._op_sequence_nrs)
         parent = min(parents) if parents else None
+        phase = "backward" if node else self.context.phase
+        if phase == "data" and _computed_from_parameters(args, kwargs):
+            phase = "forward"  # a model written with bare tensors (x @ W + b): no module call
         return self._store(
-            op=op, module=module, location=location, phase="backward" if node else self.context.phase,
+            op=op, module=module, location=location, phase=phase,
             explanation=explanation, nonfinite=counts.describe(), has_nan=counts.nan > 0,
             constant=constant, parent=parent, backward_node=backward_node,
             backward_call=backward_call, notes=notes,
