@@ -122,3 +122,10 @@ def test_healthy_scripts_get_no_cause(nandoctor, script):
     assert result.report["causes"] == []
     assert result.report["first_nonfinite"] is None
     assert result.report["run"]["steps_observed"] >= 10
+
+
+def test_recurrent_modules_are_recorded(nandoctor):
+    result = nandoctor("run", "recurrent_healthy.py", *ANOMALY)
+    assert result.report["status"] == "healthy", result.stdout
+    recurrent = {r["type"]: r["chain"] for r in result.report["run"]["recurrent"]}
+    assert recurrent == {"GRU": 12, "ElmanCell": 8}  # said once, when the chain reaches 8

@@ -68,6 +68,12 @@ def test_a_loss_far_above_its_best_is_d2():
     assert (verdict.verdict, verdict.reason) == ("diverged", "D2")
 
 
+def test_a_blow_up_the_run_recovers_from_is_not_d2():
+    losses = [2.0, 1.0, 0.3, 0.2, 0.2, 20.0, 1.5, 0.8] + [0.4 / (1 + 0.2 * t) for t in range(24)]
+    assert _verdict(losses).verdict == "stable"
+    assert _verdict(losses[:7]).reason == "D2"  # still blown up when the history ends
+
+
 def test_a_bounce_near_zero_is_not_a_blow_up():
     losses = [5.0 * 0.5**t for t in range(15)] + [0.01] * 5
     assert _verdict(losses).verdict == "stable"
@@ -258,6 +264,30 @@ def test_a_run_that_took_much_memory_sweeps_one_candidate_at_a_time():
 
     assert _jobs_on_the_cpu(context(300.0), cores=4) == 4
     assert _jobs_on_the_cpu(context(SETTINGS.parallel_max_rss_mb + 1), cores=4) == 1
+
+
+def test_a_recurrent_model_gets_the_clip_experiment_and_it_leads_when_it_holds():
+    from nandoctor.stages.lr_sweep.conclusions import findings
+
+    def oracle(planned):
+        if planned.clip is not None or planned.multiplier <= 0.3:
+            return Verdict("stable", "", "ok")
+        return Verdict("diverged", "D1", "nan", failure_step=12, pattern="growth")
+
+    recurrent = {"module": "rnn", "type": "RNN", "chain": 60}
+    baseline = _record(1.0, "watched", oracle(Planned(1.0, "watched")))
+    search = Search(SETTINGS, baseline, False, recurrent)
+    while not search.done:
+        for planned in search.take(2):
+            search.record(_record(planned.multiplier, planned.purpose, oracle(planned),
+                                  planned.clip, grads=[1.0 + 0.1 * (i % 3) for i in range(20)]))  # fmt: skip
+    assert search.clip_run is not None and search.clip_run.multiplier == 1.0
+    by_category = {f.category: f for f in findings(search)}
+    clip, rate = by_category["exploding_gradients"], by_category["learning_rate"]
+    assert clip.confidence > rate.confidence and "recurrence of rnn" in clip.title
+    # without a recurrence, a steady growth gets no clip experiment
+    plain = _simulate(oracle, jobs=2)
+    assert plain.clip_run is None
 
 
 def test_clip_and_rounding_helpers():

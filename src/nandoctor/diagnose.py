@@ -255,6 +255,8 @@ def describe_run(watch: RunOutcome) -> dict:
         run["budget"] = {"name": budget["budget"], "steps": budget["steps"]}
     if watch.nonfinite is None and (died := diverged_then_died(run["losses"], watch.died)):
         run["diverged"] = {"step": died[0], "evidence": died[1]}
+    if recurrent := watch.all("recurrent"):  # weights applied again and again to their output
+        run["recurrent"] = [{key: e[key] for key in ("module", "type", "chain")} for e in recurrent]
     if precisions := watch.all("precision"):  # what each model computed in, from which step
         run["precisions"] = [{key: e[key] for key in _PRECISION_FIELDS} for e in precisions]
     if watch.ranks:

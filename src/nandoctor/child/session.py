@@ -132,6 +132,7 @@ class WatchSession:
     # ---- install / remove -------------------------------------------------------------------
     def install(self) -> None:
         self.modules.on_root_forward.append(self._root_forward)
+        self.modules.on_recurrent.append(self._recurrent_module)
         self.modules.install()
         self.hooks.optimizer_steps(self._before_step, self._after_step)
         self.hooks.backward_calls(self._before_backward, self._after_backward)
@@ -196,6 +197,12 @@ class WatchSession:
     def _root_forward(self, module, args) -> None:
         self._forward_this_step = True
         self._note_precision(module)
+
+    def _recurrent_module(self, module, name: str, chain: int) -> None:
+        """Said once per module: weights applied `chain` times in a row to their own output,
+        the positive evidence an `exploding_gradients` cause needs besides gradient spikes."""
+        self.events.emit("recurrent", module=name, type=type(module).__name__, chain=int(chain),
+                         step=self.step)  # fmt: skip
 
     def _note_precision(self, module) -> None:
         """Each distinct precision a model computes in, said once: the positive evidence a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -27,6 +28,11 @@ class ModuleTracker:
         # Called with (module, args) when a root module starts its forward (data scan, init check).
         self.on_root_forward: list[Callable] = []
         self.on_module_output: list[Callable] = []
+        # Called with (module, name, chain) once per module found recurrent (see `_note_chain`).
+        self.on_recurrent: list[Callable] = []
+        self._last_outputs: dict[int, list] = {}  # id(module) -> weak refs to its last outputs
+        self._chains: dict[int, int] = {}  # id(module) -> calls in a row fed their own output
+        self._recurrent: set[int] = set()
 
     @property
     def current(self) -> str | None:
@@ -83,6 +89,8 @@ class ModuleTracker:
             for callback in self.on_root_forward:
                 callback(module, args)
         self._stack.append(name)
+        if self.on_recurrent and id(module) not in self._recurrent:
+            self._note_chain(module, name, args)
 
     def _leave(self, module: torch.nn.Module, args, output) -> None:
         if torch.compiler.is_compiling():
@@ -92,6 +100,48 @@ class ModuleTracker:
             name = self._stack.pop()
             for callback in self.on_module_output:
                 callback(module, name, args, output)
+        if self.on_recurrent and id(module) not in self._recurrent:
+            self._last_outputs[id(module)] = [weakref.ref(t) for t in _tensors(output)]
+
+    def _note_chain(self, module: torch.nn.Module, name: str, args) -> None:
+        """Recurrence: the same weights applied again and again to their own output (a hidden
+        state, `output, hidden = rnn(x[t], hidden)`), or torch's RNN modules, which loop inside.
+        Gradients through such a chain are products of as many Jacobians: they explode or
+        vanish geometrically with its length."""
+        if isinstance(module, torch.nn.RNNBase):
+            chain = _sequence_length(module, args)
+        else:
+            outputs = self._last_outputs.get(id(module), [])
+            fed_back = any(ref() is t for ref in outputs for t in _tensors(args))
+            chain = self._chains.get(id(module), 1) + 1 if fed_back else 1
+            self._chains[id(module)] = chain
+        if chain >= RECURRENT_CHAIN and next(module.parameters(), None) is not None:
+            self._recurrent.add(id(module))
+            self._last_outputs.pop(id(module), None)
+            for callback in self.on_recurrent:
+                callback(module, name, chain)
+
+
+# Calls in a row, each fed the previous one's output, that make a module recurrent.
+RECURRENT_CHAIN = 8
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def _sequence_length(module: torch.nn.RNNBase, args) -> int:
+    """Time steps of one call of torch's RNN/LSTM/GRU (a packed sequence counts as long)."""
+    first = args[0] if args else None
+    if not isinstance(first, torch.Tensor):
+        return RECURRENT_CHAIN
+    if first.dim() < 3:  # unbatched: (length, features)
+        return first.shape[0] if first.dim() == 2 else 1
+    return first.shape[1] if module.batch_first else first.shape[0]
 
 
 def uncompiled(module: torch.nn.Module) -> torch.nn.Module:

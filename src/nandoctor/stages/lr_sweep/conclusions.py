@@ -290,17 +290,29 @@ def _clip_finding(search: Search, clip: RunRecord) -> Finding:
     )
     lr = run_row(clip)["lr"]
     keep = "" if same(m, 1.0) else f", with the learning rate at ×{label(m)} (lr {number(lr)})"
+    evidence = [
+        f"×{label(m)} (lr {number(lr)}): {before.verdict.verdict}, {before.verdict.detail}",
+        f"clip value {value:g} from the healthy gradient norms of the run at "
+        f"×{label(search.clip_source)}",
+        f"×{label(m)} with gradients clipped at {value:g}: stable for {clip.steps} steps",
+    ]
+    title = f"gradient spikes: ×{label(m)} trains stably once gradients are clipped at {value:g}"
+    confidence = 0.7
+    if (recurrent := search.recurrent) is not None:
+        # Gradients through a recurrence are products of one Jacobian per time step: they
+        # explode at any learning rate that trains, and clipping (Pascanu et al., 2013) keeps
+        # the rate that works for the rest of the run. It leads a smaller rate that also helps.
+        evidence.insert(0, f"{recurrent['module']} ({recurrent['type']}) is applied "
+                           f"{recurrent['chain']} times in a row to its own output")  # fmt: skip
+        title = (f"gradients explode through the recurrence of {recurrent['module']}: "
+                 f"×{label(m)} trains stably once they are clipped at {value:g}")  # fmt: skip
+        confidence = 0.92
     return Finding(
         stage=NAME,
         category="exploding_gradients",
-        title=f"gradient spikes: ×{label(m)} trains stably once gradients are clipped at {value:g}",
-        confidence=0.7,
-        evidence=(
-            f"×{label(m)} (lr {number(lr)}): {before.verdict.verdict}, {before.verdict.detail}",
-            f"clip value {value:g} from the healthy gradient norms of the run at "
-            f"×{label(search.clip_source)}",
-            f"×{label(m)} with gradients clipped at {value:g}: stable for {clip.steps} steps",
-        ),
+        title=title,
+        confidence=confidence,
+        evidence=tuple(evidence),
         fix=(
             "clip gradients before `optimizer.step()`: "
             f"`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={value:g})`{keep}"

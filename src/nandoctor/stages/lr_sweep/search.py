@@ -100,10 +100,19 @@ def clip_value(grad_norms: list[float | None], settings: Settings) -> float | No
 class Search:
     """The sweep's plan; fed finished runs, it says what to start and what to stop."""
 
-    def __init__(self, settings: Settings, baseline: RunRecord, horizon_capped: bool) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        baseline: RunRecord,
+        horizon_capped: bool,
+        recurrent: dict | None = None,
+    ) -> None:
         self.settings = settings
         self.baseline = baseline
         self.horizon_capped = horizon_capped
+        # The watched run's `recurrent` event: weights applied again and again to their own
+        # output, whose gradients explode geometrically (clipping is the remedy to try).
+        self.recurrent = recurrent
         self.grid = [2.0**-k for k in range(1, settings.halvings + 1)]
         order = self.grid
         if baseline.first_step == 0 and len(self.grid) > 2:
@@ -308,12 +317,13 @@ class Search:
         return True
 
     def _plan_clip(self) -> bool:
-        """Re-run the largest multiplier that failed through spikes with gradients clipped at a
-        value taken from healthy gradient norms: those of the recommended (stable) run, else
-        those of the spiky run itself before it failed."""
+        """Re-run the largest multiplier that failed through spikes (or failed at all, in a
+        recurrent model) with gradients clipped at a value taken from healthy gradient norms:
+        those of the recommended (stable) run, else those of the failing run before it failed."""
         if not self.settings.clip_experiment or self.lr_insensitive():
             return False
-        spiky = [r for r in self.measured() if r.verdict.failing and r.verdict.pattern == "spike"]
+        spiky = [r for r in self.measured() if r.verdict.failing
+                 and (r.verdict.pattern == "spike" or self.recurrent)]  # fmt: skip
         if not spiky:
             return False
         target = max(spiky, key=lambda r: r.multiplier)

@@ -248,7 +248,7 @@ def run(context: StageContext) -> StageOutcome:
     if not start.point and (reason := _beyond_horizon(baseline, settings, start.why)):
         return StageOutcome(StageResult("skipped", reason))
     plan = choose_plan(context, baseline, start)
-    search = Search(settings, baseline, plan.horizon_capped)
+    search = Search(settings, baseline, plan.horizon_capped, context.watch.first("recurrent"))
     run_search(context, search, plan)
     summary = conclusions.summary(search, plan.horizon)
     details = conclusions.details(search, plan.horizon, plan.jobs)

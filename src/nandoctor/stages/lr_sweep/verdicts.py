@@ -5,7 +5,8 @@ bias-corrected EMA whose memory scales with the horizon H; the initial loss is t
 the first k0 = min(5, H/10) losses, or the very first loss (taken before any update) if lower.
 - D1 diverged: a NaN/Inf reached the loss, a gradient or a parameter.
 - D2 diverged: the smoothed loss rose above `blowup_factor` (4) x its best so far, and above
-  `blowup_min_fraction` (0.5) x the initial loss (a bounce near zero is not a blow-up).
+  `blowup_min_fraction` (0.5) x the initial loss (a bounce near zero is not a blow-up), unless
+  the whole run recovered: it ends below the initial loss and within that factor of its best.
 - D3 diverged: the run ended with the smoothed loss above `runaway_factor` (1.5) x the initial.
 - U1 unstable: in the first max(3, H/10) steps, a jump above `big_spike_ratio` (2) x the first
   loss, and by more than `spike_sigmas` robust sigmas of the run's step-to-step changes (not
@@ -128,7 +129,9 @@ def classify(
         return Verdict("error", "error", "no optimizer step completed")
     for rule in (_blow_up, _runaway, _early_rise, _spikes, _growth):
         verdict = rule(values, grads, settings, horizon)
-        if verdict is not None:
+        if verdict is not None and not (
+            verdict.reason == "D2" and _recovered(values, settings, horizon)
+        ):
             return verdict
     verdict = _gradient_rules(grads, settings) or _scaler_rules(
         len(values), skipped_steps, min_scale, settings
@@ -175,6 +178,14 @@ def _blow_up(values, grads, settings, horizon) -> Verdict | None:
             return Verdict("diverged", "D2", f"smoothed loss {ratio} at step {t}", t,
                            failure_pattern(grads[: t + 1]))  # fmt: skip
     return None
+
+
+def _recovered(values: list[float], settings: Settings, horizon: int) -> bool:
+    """A whole run whose blow-up was transient: by its end the smoothed loss is back below
+    where it started and within `blowup_factor` of its best (a catapult, not a divergence)."""
+    smooth = _smooth(values, horizon)
+    _, initial = _start(values, horizon)
+    return smooth[-1] < initial and smooth[-1] <= settings.blowup_factor * min(smooth)
 
 
 def _runaway(values, grads, settings, horizon) -> Verdict | None:
