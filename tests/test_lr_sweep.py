@@ -214,6 +214,20 @@ def test_from_a_rewind_point_halving_goes_in_order_and_reuses_a_stable_run():
     assert not any(r.planned.purpose == "verify" for r in search.results.values())
 
 
+def test_from_a_rewind_point_a_failure_like_x1s_calls_the_smallest_next():
+    def oracle(planned):
+        return Verdict("diverged", "D1", "nan", failure_step=50)
+
+    baseline = _record(1.0, "watched", oracle(Planned(1.0, "watched")))
+    baseline.first_step = 40
+    search = Search(SETTINGS, baseline, False)
+    while not search.done:
+        for planned in search.take(1):
+            search.record(_record(planned.multiplier, planned.purpose, oracle(planned)))
+    assert search.lr_insensitive()
+    assert sorted(r.multiplier for r in search.results.values()) == [2**-10, 0.5, 1.0]
+
+
 def test_candidates_past_the_answer_are_stopped():
     search = _simulate(_threshold_oracle(0.3), jobs=4)
     stopped = {p.multiplier for p, _ in search.stopped}

@@ -86,7 +86,11 @@ def _treated_run(context: StageContext, remedy: dict, name: str) -> tuple[RunOut
     return run, steps
 
 
-def _verdict(run: RunOutcome, steps: int, remedy: dict, failed_at: int) -> tuple[bool, str]:
+def _verdict(
+    run: RunOutcome, steps: int, remedy: dict, failed_at: int, before: list[dict]
+) -> tuple[bool, str]:
+    """Whether the treated run held, and the evidence line. `before`: the watched run's steps,
+    the same as a run resumed from a rewind point up to that point."""
     what = describe_remedy(remedy)
     if run.start_step:
         what += f" from the rewind point at step {run.start_step}"
@@ -103,16 +107,18 @@ def _verdict(run: RunOutcome, steps: int, remedy: dict, failed_at: int) -> tuple
     ended = (run.end or {}).get("outcome")
     if done < steps and ended != "finished":
         return False, f"re-ran with {what}: stopped after {done} steps, short of {steps}"
-    if growth := _diverging(run):
+    if growth := _diverging([*before[: run.start_step], *run.steps]):
         return False, f"re-ran with {what}: finite, but {growth}"
     past = done - (failed_at + 1)
     margin = f", {past} past the original failure at step {failed_at}" if past > 0 else ""
     return True, f"re-ran with {what}: finite for {done} optimizer steps{margin}"
 
 
-def _diverging(run: RunOutcome) -> str | None:
-    """A remedy that only hides the symptom leaves a loss that keeps growing."""
-    losses = [s["loss"] for s in run.steps if isinstance(s.get("loss"), (int, float))]
+def _diverging(steps: list[dict]) -> str | None:
+    """A remedy that only hides the symptom leaves a loss that keeps growing. Judged over the
+    whole run, the steps before a rewind point included, so where the re-run started does not
+    change the answer."""
+    losses = [s["loss"] for s in steps if isinstance(s.get("loss"), (int, float))]
     if len(losses) < 4:
         return None
     # Rolling medians: one noisy minibatch near the loss's floor is no trend.
@@ -158,7 +164,7 @@ def verify_findings(context: StageContext, findings: list[Finding]) -> list[Find
                              enumerate(to_try)))  # fmt: skip
     verified = {}
     for finding, (run, steps) in zip(to_try, runs, strict=True):
-        ok, line = _verdict(run, steps, finding.remedy, _failed_at(context))
+        ok, line = _verdict(run, steps, finding.remedy, _failed_at(context), context.watch.steps)
         verified[id(finding)] = dataclasses.replace(
             finding, verified_fix=ok, evidence=(*finding.evidence, line)
         )

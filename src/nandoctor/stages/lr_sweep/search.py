@@ -1,14 +1,16 @@
 """Which multipliers to run, which runs to stop, and what the results recommend.
 
 Halving: multipliers 1/2, 1/4, ... 1/2**halvings, in that order except that from step 0 the
-smallest goes second: if even it fails at about the step the unscaled run failed, the learning
-rate is not the cause and the sweep ends early. Otherwise halving stops at `stable_in_a_row` consecutive stable
-runs; running candidates past that point can no longer change the answer and are stopped.
+smallest goes second, and from a rewind point it goes next once a candidate failed at about the
+step x1 did: if even it fails there, the learning rate is not the cause and the sweep ends
+early. Otherwise halving stops at `stable_in_a_row` consecutive stable runs; running
+candidates past that point can no longer change the answer and are stopped.
 Refinement: geometric midpoints between the largest stable multiplier (every smaller one tested
 stable too) and the smallest failing one above it. Recommendation: that stable multiplier times
 a safety margin (1/sqrt 2 when refined and the horizon reached 1.5x the failure, else 1/2), or
-the largest multiplier already run stable at or below that, else run once to verify it. Clip experiment: a run that failed
-through spikes rather than steady growth is re-run with gradient clipping.
+the largest multiplier already run stable at or below that, else run once to verify it. Clip
+experiment: a run that failed through spikes rather than steady growth (or at all, in a
+recurrent model) is re-run with gradient clipping.
 """
 
 from __future__ import annotations
@@ -154,6 +156,8 @@ class Search:
             self.clip_run = record
             return
         self.results[record.planned.key] = record
+        if self.stage == HALVING and self._fails_like_the_baseline(record):
+            self._smallest_next()
         if self.stage == HALVING and self._halving_settled():
             self.queue = [p for p in self.queue if p.purpose != HALVING]
 
@@ -204,10 +208,26 @@ class Search:
 
     def lr_insensitive(self) -> bool:
         """The smallest multiplier fails at about the step the unscaled run failed at."""
-        step, base = self._smallest_failed_alike(), self.baseline.verdict.failure_step
+        return self._about_the_baseline_failure(self._smallest_failed_alike())
+
+    def _about_the_baseline_failure(self, step: int | None) -> bool:
+        base = self.baseline.verdict.failure_step
         if step is None or base is None:
             return False
         return step <= max(self.settings.insensitive_ratio * base, base + 1)
+
+    def _fails_like_the_baseline(self, record: RunRecord) -> bool:
+        """Failed the way x1 did (a NaN/Inf for a NaN/Inf) at about the same step."""
+        verdict = record.verdict
+        if not verdict.failing or (self.baseline.verdict.reason == "D1" and verdict.reason != "D1"):
+            return False
+        return self._about_the_baseline_failure(verdict.failure_step)
+
+    def _smallest_next(self) -> None:
+        """A halving candidate failed at about the step x1 did: the smallest multiplier runs next,
+        to tell at once whether the rate matters at all."""
+        smallest = [p for p in self.queue if same(p.multiplier, self.grid[-1])]
+        self.queue = smallest + [p for p in self.queue if p not in smallest]
 
     def _smallest_failed_alike(self) -> int | None:
         """The step where the smallest multiplier failed the way x1 did, or None. A NaN/Inf
