@@ -200,14 +200,19 @@ def test_halving_stops_after_two_stable_runs_in_a_row():
     assert halvings == [2**-10, 0.125, 0.25, 0.5]  # x1/1024 is the early "not the lr" check
 
 
-def test_from_a_rewind_point_halving_goes_in_order_and_reuses_a_stable_run():
-    oracle = _threshold_oracle(0.3)
+def _simulate_from_a_rewind_point(oracle) -> Search:
+    """As `_simulate` with one job, for candidates resumed from a rewind point at step 40."""
     baseline = _record(1.0, "watched", oracle(Planned(1.0, "watched")))
     baseline.first_step = 40
     search = Search(SETTINGS, baseline, False)
     while not search.done:
         for planned in search.take(1):
             search.record(_record(planned.multiplier, planned.purpose, oracle(planned)))
+    return search
+
+
+def test_from_a_rewind_point_halving_goes_in_order_and_reuses_a_stable_run():
+    search = _simulate_from_a_rewind_point(_threshold_oracle(0.3))
     ran = [r.multiplier for r in search.results.values() if r.planned.purpose != "watched"]
     assert 2**-10 not in ran  # two stable halvings answered it
     assert search.recommended in ran and search.verified
@@ -218,12 +223,7 @@ def test_from_a_rewind_point_a_failure_like_x1s_calls_the_smallest_next():
     def oracle(planned):
         return Verdict("diverged", "D1", "nan", failure_step=50)
 
-    baseline = _record(1.0, "watched", oracle(Planned(1.0, "watched")))
-    baseline.first_step = 40
-    search = Search(SETTINGS, baseline, False)
-    while not search.done:
-        for planned in search.take(1):
-            search.record(_record(planned.multiplier, planned.purpose, oracle(planned)))
+    search = _simulate_from_a_rewind_point(oracle)
     assert search.lr_insensitive()
     assert sorted(r.multiplier for r in search.results.values()) == [2**-10, 0.5, 1.0]
 
