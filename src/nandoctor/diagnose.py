@@ -24,7 +24,6 @@ from nandoctor.ranking import (
     apply_causal_rules,
     apply_verified_rules,
     at_the_written_value,
-    diverged_then_died,
     rank_causes,
 )
 from nandoctor.report.model import Location, Report, StageResult
@@ -253,7 +252,7 @@ def describe_run(watch: RunOutcome) -> dict:
     }
     if budget:
         run["budget"] = {"name": budget["budget"], "steps": budget["steps"]}
-    if watch.nonfinite is None and (died := diverged_then_died(run["losses"], watch.died)):
+    if died := watch.diverged_then_died:
         run["diverged"] = {"step": died[0], "evidence": died[1]}
     if recurrent := watch.all("recurrent"):  # weights applied again and again to their output
         run["recurrent"] = [{key: e[key] for key in ("module", "type", "chain")} for e in recurrent]

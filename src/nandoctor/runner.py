@@ -80,12 +80,20 @@ class RunOutcome:
     def failed_step(self) -> int | None:
         """The step the run failed at: its first NaN/Inf that mattered, or the step its script
         died at after its loss diverged (OverflowError in `math.exp(loss)`, an assert on it)."""
+        if self.nonfinite is not None:
+            return self.nonfinite["step"]
+        died = self.diverged_then_died
+        return died[0] if died else None
+
+    @property
+    def diverged_then_died(self) -> tuple[int, str] | None:
+        """(step, evidence) when no NaN/Inf was seen but the script died after its loss grew
+        tenfold (ranking.diverged_then_died)."""
         from nandoctor.ranking import diverged_then_died
 
         if self.nonfinite is not None:
-            return self.nonfinite["step"]
-        died = diverged_then_died([s.get("loss") for s in self.steps], self.died)
-        return died[0] if died else None
+            return None
+        return diverged_then_died([s.get("loss") for s in self.steps], self.died)
 
     @property
     def crashed(self) -> bool:

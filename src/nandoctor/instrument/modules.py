@@ -9,6 +9,8 @@ from collections.abc import Callable
 import torch
 from torch.nn.modules import module as module_globals
 
+from nandoctor.instrument.tensors import iter_tensors
+
 
 class ModuleTracker:
     """Keeps `current` = the qualified name of the innermost module whose forward is running.
@@ -101,7 +103,7 @@ class ModuleTracker:
             for callback in self.on_module_output:
                 callback(module, name, args, output)
         if self.on_recurrent and id(module) not in self._recurrent:
-            self._last_outputs[id(module)] = [weakref.ref(t) for t in _tensors(output)]
+            self._last_outputs[id(module)] = [weakref.ref(t) for t in iter_tensors(output)]
 
     def _note_chain(self, module: torch.nn.Module, name: str, args) -> None:
         """Recurrence: the same weights applied again and again to their own output (a hidden
@@ -112,7 +114,7 @@ class ModuleTracker:
             chain = _sequence_length(module, args)
         else:
             outputs = self._last_outputs.get(id(module), [])
-            fed_back = any(ref() is t for ref in outputs for t in _tensors(args))
+            fed_back = any(ref() is t for ref in outputs for t in iter_tensors(args))
             chain = self._chains.get(id(module), 1) + 1 if fed_back else 1
             self._chains[id(module)] = chain
         if chain >= RECURRENT_CHAIN and next(module.parameters(), None) is not None:
@@ -124,14 +126,6 @@ class ModuleTracker:
 
 # Calls in a row, each fed the previous one's output, that make a module recurrent.
 RECURRENT_CHAIN = 8
-
-
-def _tensors(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors(item)]
-    return []
 
 
 def _sequence_length(module: torch.nn.RNNBase, args) -> int:

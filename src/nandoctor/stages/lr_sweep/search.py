@@ -217,11 +217,8 @@ class Search:
         return step <= max(self.settings.insensitive_ratio * base, base + 1)
 
     def _fails_like_the_baseline(self, record: RunRecord) -> bool:
-        """Failed the way x1 did (a NaN/Inf for a NaN/Inf) at about the same step."""
-        verdict = record.verdict
-        if not verdict.failing or (self.baseline.verdict.reason == "D1" and verdict.reason != "D1"):
-            return False
-        return self._about_the_baseline_failure(verdict.failure_step)
+        """Failed the way x1 did at about the same step."""
+        return self._about_the_baseline_failure(self._failed_alike(record))
 
     def _smallest_next(self) -> None:
         """A halving candidate failed at about the step x1 did: the smallest multiplier runs next,
@@ -230,15 +227,18 @@ class Search:
         self.queue = smallest + [p for p in self.queue if p not in smallest]
 
     def _smallest_failed_alike(self) -> int | None:
-        """The step where the smallest multiplier failed the way x1 did, or None. A NaN/Inf
-        at x1 is reproduced only by a NaN/Inf: a noisy loss at a tiny rate (one sample per
-        step) that a smoothing rule calls blown up is no evidence about that failure."""
+        """The step where the smallest multiplier failed the way x1 did, or None."""
         smallest = self.result_at(self.grid[-1])
-        if smallest is None or not smallest.verdict.failing:
+        return None if smallest is None else self._failed_alike(smallest)
+
+    def _failed_alike(self, record: RunRecord) -> int | None:
+        """The step where `record` failed the way x1 did, or None. A NaN/Inf at x1 is
+        reproduced only by a NaN/Inf: a noisy loss at a tiny rate (one sample per step) that a
+        smoothing rule calls blown up is no evidence about that failure."""
+        verdict = record.verdict
+        if not verdict.failing or (self.baseline.verdict.reason == "D1" and verdict.reason != "D1"):
             return None
-        if self.baseline.verdict.reason == "D1" and smallest.verdict.reason != "D1":
-            return None
-        return smallest.verdict.failure_step
+        return verdict.failure_step
 
     def result_at(self, multiplier: float) -> RunRecord | None:
         return next((r for r in self.results.values() if same(r.multiplier, multiplier)), None)
