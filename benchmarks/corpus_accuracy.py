@@ -22,6 +22,7 @@ checkpoints land there. Exit code 0 when the targets are met, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -42,7 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
 MANIFESTS = {"dev": CORPUS / "manifest.yaml", "test": CORPUS / "test" / "manifest.yaml"}
 PHASES = (None, "data", "forward", "backward", "optimizer")
-KNOWN_REQUIREMENTS = {"cuda"}
+# `cuda`: a CUDA device; the others are Python packages the script imports beyond torch.
+KNOWN_REQUIREMENTS = {"cuda", "transformers", "lightning", "accelerate", "timm"}
+FRAMEWORKS = {"transformers", "lightning", "accelerate", "timm"}
 TARGETS = {
     "dev": {"top1": 0.95, "top3": 1.0, "line": 1.0, "false_alarms": 0, "missed": 0,
             "verified": 0.0, "median_s": 30.0},
@@ -69,6 +72,8 @@ class Entry:
     split: str = "dev"
     source: str = ""  # the public report a test-split script reproduces
     fix: str = ""  # how its maintainers fixed it
+    framework: str | None = None  # transformers | lightning | accelerate | timm
+    public_script: str | None = None  # a well-known public script, run unmodified
 
     @property
     def file(self) -> Path:
@@ -77,6 +82,11 @@ class Entry:
     @property
     def healthy(self) -> bool:
         return self.category == "healthy"
+
+    @property
+    def arguments(self) -> list[str]:
+        """The script's arguments, `{dir}` standing for its folder (data next to it)."""
+        return [a.replace("{dir}", str(self.file.parent)) for a in self.args]
 
 
 @dataclass
@@ -97,6 +107,9 @@ class Outcome:
     missed: bool | None = None  # a sick script reported healthy or inconclusive
     verified: bool | None = None  # the top cause's fix was verified by a re-run
     first_op: str | None = None
+    top_code: str | None = None
+    # Every finding the report made that could be a cause: (code, category), once per code.
+    claims: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
 
@@ -121,6 +134,8 @@ def load_manifest(split: str = "dev") -> list[Entry]:
             split=split,
             source=item.get("source", ""),
             fix=item.get("fix", ""),
+            framework=item.get("framework"),
+            public_script=item.get("public_script"),
         )
         for item in raw["scripts"]
     ]
@@ -142,6 +157,10 @@ def check_entry(entry: Entry) -> list[str]:
         problems.append(f"{entry.path}: unknown phase {entry.phase!r}")
     if unknown := set(entry.requires) - KNOWN_REQUIREMENTS:
         problems.append(f"{entry.path}: unknown requirement {sorted(unknown)}")
+    if entry.framework is not None and entry.framework not in FRAMEWORKS:
+        problems.append(f"{entry.path}: unknown framework {entry.framework!r}")
+    if entry.framework is not None and entry.framework not in entry.requires:
+        problems.append(f"{entry.path}: a {entry.framework} script must require it")
     if type(entry.nproc_per_node) is not int or entry.nproc_per_node < 1:
         problems.append(f"{entry.path}: nproc_per_node must be a positive integer")
     if not entry.file.is_file():
@@ -169,6 +188,9 @@ def cuda_available() -> bool:
 def skip_reason(entry: Entry, has_cuda: bool) -> str | None:
     if "cuda" in entry.requires and not has_cuda:
         return "needs CUDA"
+    missing = [p for p in entry.requires if p != "cuda" and importlib.util.find_spec(p) is None]
+    if missing:
+        return f"needs {', '.join(missing)} (pip install -e '.[frameworks]')"
     return None
 
 
@@ -177,9 +199,9 @@ def plain_command(entry: Entry) -> list[str]:
     process."""
     n = entry.nproc_per_node
     if n == 1:
-        return [sys.executable, str(entry.file), *entry.args]
+        return [sys.executable, str(entry.file), *entry.arguments]
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}"]
-    return [sys.executable, *launcher, str(entry.file), *entry.args]
+    return [sys.executable, *launcher, str(entry.file), *entry.arguments]
 
 
 def run_plain(entry: Entry, expect_nonfinite: bool) -> Outcome:
@@ -223,7 +245,7 @@ def run_nandoctor(entry: Entry, profile: str) -> Outcome:
         if entry.nproc_per_node > 1:
             command += ["--nproc-per-node", str(entry.nproc_per_node)]
         if entry.args:
-            command += ["--", *entry.args]
+            command += ["--", *entry.arguments]
         started = time.monotonic()
         try:
             done = subprocess.run(
@@ -258,6 +280,12 @@ def score(entry: Entry, report: dict, outcome: Outcome) -> None:
     outcome.got = [cause["category"] for cause in causes]
     first = report.get("first_nonfinite") or {}
     outcome.first_op = first.get("op")
+    outcome.top_code = causes[0].get("code") if causes else None
+    claims = {}
+    for finding in report.get("findings") or []:
+        if finding.get("severity") in ("error", "warning") and finding.get("code"):
+            claims.setdefault(finding["code"], finding["category"])
+    outcome.claims = sorted(claims.items())
     if entry.healthy:
         outcome.false_alarm = outcome.status != "healthy" or bool(causes)
         outcome.top1 = outcome.top3 = not outcome.false_alarm
@@ -303,7 +331,22 @@ def summarize(outcomes: list[Outcome], entries: list[Entry]) -> dict:
         "verified": ratio(sum(bool(o.verified) for o in buggy), len(buggy)),
         "median_s": statistics.median(seconds) if seconds else None,
         "max_s": max(seconds) if seconds else None,
+        "top1_by_group": top1_by_group(buggy, by_path),
     }
+
+
+def top1_by_group(buggy: list[Outcome], by_path: dict) -> dict:
+    """Top-1 hits and totals per category, and for framework and public-script entries."""
+    groups: dict[str, list[int]] = {}
+    for o in buggy:
+        entry = by_path[o.path]
+        for group in (entry.category, entry.framework and f"framework:{entry.framework}",
+                      entry.public_script and "public script"):  # fmt: skip
+            if group:
+                hits = groups.setdefault(group, [0, 0])
+                hits[0] += bool(o.top1)
+                hits[1] += 1
+    return dict(sorted(groups.items()))
 
 
 def targets_met(summary: dict, targets: dict) -> bool:
@@ -365,6 +408,8 @@ def percent(value: float | None) -> str:
 
 def print_summary(split: str, summary: dict, targets: dict) -> None:
     print()
+    groups = summary.get("top1_by_group") or {}
+    print("top-1 by group   " + ", ".join(f"{g} {h}/{n}" for g, (h, n) in groups.items()))
     print(f"{split} split: scripts {summary['scripts']} (buggy {summary['buggy']}, "
           f"healthy {summary['healthy']}, skipped {summary['skipped']})")  # fmt: skip
     print(f"top-1 accuracy   {percent(summary['top1'])}   (target >= {percent(targets['top1'])})")

@@ -35,8 +35,16 @@ def line_of(script: str | Path, marker: str) -> int:
 
 
 def validate_report(report: dict) -> None:
+    """The schema, and the finding codes: every cause and finding carries a registered code of
+    its own category (codes.py)."""
+    from nandoctor.codes import CODES
+
     schema = json.loads(SCHEMA_PATH.read_text())
     jsonschema.validate(report, schema)
+    for claim in [*report.get("causes", []), *report.get("findings", [])]:
+        code = CODES.get(claim.get("code"))
+        assert code is not None, f"no registered code: {claim.get('code')!r} ({claim['title']})"
+        assert code.category == claim["category"], f"{code.code} is not {claim['category']}"
 
 
 def run_cli(

@@ -560,6 +560,23 @@ def test_an_overflow_the_lr_does_not_move_is_the_formulas(nandoctor):
     assert all(c["confidence"] < top["confidence"] for c in learning_rate)
 
 
+def test_the_verdict_does_not_depend_on_where_the_rewind_point_fell(nandoctor, tmp_path):
+    # Points as often as they can be taken (where they fall still depends on what each costs).
+    # From a point in the run's second half even x1/1024 fails as early as x1, which cannot
+    # tell a run doomed before the point from a rate that does not matter: the sweep asks
+    # again from step 0, and the verdict is the one a sweep from step 0 gives.
+    config = tmp_path / "points.yaml"
+    config.write_text("rewind:\n  interval_fraction: 0.0\n  min_interval_s: 0.0\n")
+    result = nandoctor("run", "contrastive_temperature_annealed.py", "--config", str(config))
+    sweep = result.report["stages"]["lr_sweep"]
+    assert sweep["conclusion"] == "lr_insensitive", sweep["summary"]
+    asked_again = [r for r in result.report["run"]["reruns"] if "even ×1/1024" in r["why"]]
+    assert all(r["from_step"] == 0 for r in asked_again)
+    if asked_again:
+        assert sweep["from_step"] == 0 and "from the rewind point at step" in sweep["summary"]
+    assert result.report["causes"][0]["category"] == "invalid_operation"
+
+
 def test_the_sweeps_reruns_leave_the_users_files_alone(nandoctor, config, tmp_path):
     user = _user_folder(tmp_path)
     before = _snapshot(user)

@@ -65,4 +65,5 @@ def compiled_only_finding(
         fix=COMPILED_ONLY_FIX,
         location=Location.from_dict(rerun.get("compiled_at")),
         verified_fix=verified,
+        code="DV102",
     )

@@ -23,6 +23,7 @@ from nandoctor.ranking import (
     RunFacts,
     apply_causal_rules,
     apply_verified_rules,
+    at_the_producing_line,
     at_the_written_value,
     rank_causes,
 )
@@ -352,6 +353,7 @@ def diagnose(
             if completed:
                 findings = apply_verified_rules(verify_findings(context, findings))
             findings = at_the_written_value(findings, target.args)
+            findings = at_the_producing_line(findings, watch.all("numpy_error"), watch.failed_step)
         except KeyboardInterrupt:  # the report is written with what the stages found
             completed = False
         report = build_report(target, watch, context, findings)

@@ -1,4 +1,9 @@
-"""Concrete fixes: rewrite the user's own line with a guard where the op can be found in it."""
+"""Concrete fixes: rewrite the user's own line with a guard where the op can be found in it.
+
+A guard is named once here, with the Python source that applies it (`GUARDS`). The rewritten
+line the report shows and the re-run that verifies it (instrument/remedies.py, which evaluates
+the same source) use the same guard on the same operands: every call of the op on that line.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +11,114 @@ import ast
 
 EPS = "1e-12"
 
-# Ops whose input a re-run can keep inside the domain at the located line (a `guard_op`
+# Guard name -> the source that keeps an operand `{x}` inside the op's domain.
+GUARDS = {
+    "positive": "{x}.clamp_min(1e-12)",
+    "above_minus_one": "{x}.clamp_min(-1 + 1e-7)",
+    "inside_unit": "{x}.clamp(-1 + 1e-7, 1 - 1e-7)",
+    "exp_range": "{x}.clamp(max=80.0)",  # exp(80) = 5.5e34: inside float32 and bfloat16
+    "exp_range_half": "{x}.clamp(max=10.0)",  # exp(10) = 22026: inside float16
+    # a denominator that may be negative keeps its sign; only values at zero move
+    "away_from_zero": "torch.where({x}.abs() < 1e-12, 1e-12, {x})",
+}
+
+# The Python-level callables (by name) that run each guardable op, and the argument a guard
+# acts on when the function is called as `torch.f(...)` (as a method, `x.f()`, a unary op's
+# operand is `x` and a division's is its first argument).
+CALLS: dict[str, tuple[frozenset[str], int]] = {
+    "log": (frozenset({"log", "log_"}), 0),
+    "log2": (frozenset({"log2", "log2_"}), 0),
+    "log10": (frozenset({"log10", "log10_"}), 0),
+    "log1p": (frozenset({"log1p", "log1p_"}), 0),
+    "sqrt": (frozenset({"sqrt", "sqrt_"}), 0),
+    "rsqrt": (frozenset({"rsqrt", "rsqrt_"}), 0),
+    "reciprocal": (frozenset({"reciprocal", "reciprocal_"}), 0),
+    "acos": (frozenset({"acos", "arccos", "acos_"}), 0),
+    "asin": (frozenset({"asin", "arcsin", "asin_"}), 0),
+    "atanh": (frozenset({"atanh", "arctanh"}), 0),
+    "exp": (frozenset({"exp", "exp_"}), 0),
+    "expm1": (frozenset({"expm1"}), 0),
+    "pow": (frozenset({"pow", "__pow__", "pow_"}), 0),
+    "div": (frozenset({"div", "divide", "true_divide", "__truediv__", "__itruediv__", "div_"}), 1),
+}
+# Ops whose operand a re-run can keep inside the domain at the located line (a `guard_op`
 # remedy, applied by instrument/remedies.py).
-GUARDABLE_OPS = frozenset(
-    {"log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "acos", "asin", "atanh",
-     "exp", "expm1", "pow", "div"}
-)  # fmt: skip
+GUARDABLE_OPS = frozenset(CALLS)
+_BINARY = {"div": ast.Div, "pow": ast.Pow}  # ops written as operators: `a / b`, `x ** p`
 # A name, attribute, subscript or call binds tighter than `.method()`: no parentheses needed.
 _ATOMS = (ast.Name, ast.Attribute, ast.Subscript, ast.Call)
 
 
-def _guarded(expression: str, guard: str, node: ast.AST | None = None) -> str:
-    return f"{expression}.{guard}" if isinstance(node, _ATOMS) else f"({expression}).{guard}"
+def guard_for(op: str, dtype: str | None = None, signed: bool = False) -> str:
+    """The guard for `op`'s operand. `dtype`: what the op computed in; `signed`: the operand
+    held negative values (a denominator that is a difference, not a norm or a count)."""
+    if op == "log1p":
+        return "above_minus_one"
+    if op in ("acos", "asin", "atanh"):
+        return "inside_unit"
+    if op in ("exp", "expm1"):
+        return "exp_range_half" if dtype == "float16" else "exp_range"
+    if op in ("div", "reciprocal") and signed:
+        return "away_from_zero"
+    return "positive"
+
+
+def guard_remedy(op: str, guard: str, file: str, line: int, code: str | None) -> dict:
+    """The `guard_op` remedy: every call of `op` at file:line guarded with `guard`. `shown`:
+    that line rewritten the same way, the fix the report shows (None when it cannot be)."""
+    shown = guarded_line(code, op, guard) if code else None
+    return {"kind": "guard_op", "op": op, "guard": guard, "file": file, "line": line,
+            "shown": shown}  # fmt: skip
+
+
+def guarded_line(code: str, op: str, guard: str) -> str | None:
+    """`code` with the operand of every call of `op` guarded, as the re-run guards it:
+    `torch.log(p)` -> `torch.log(p.clamp_min(1e-12))`, `a / b` -> `a / b.clamp_min(1e-12)`.
+    None when the line does not parse or holds no such call."""
+    parsed = _parse_line(code.strip())
+    if parsed is None or op not in CALLS:
+        return None
+    tree, parsed_text, before, after = parsed
+    operands = _outermost([found for node in ast.walk(tree) if (found := _operand(node, op))])
+    if not operands:
+        return None
+    text = parsed_text
+    for node in sorted(operands, key=lambda n: n.col_offset, reverse=True):
+        segment = text[node.col_offset : node.end_col_offset]
+        source = segment if isinstance(node, _ATOMS) else f"({segment})"
+        text = (
+            text[: node.col_offset] + GUARDS[guard].format(x=source) + text[node.end_col_offset :]
+        )
+    return before + text.removesuffix(_BODY) + after
+
+
+def _operand(node: ast.AST, op: str) -> ast.AST | None:
+    if op in _BINARY and isinstance(node, ast.BinOp) and isinstance(node.op, _BINARY[op]):
+        return node.right if op == "div" else node.left
+    if not isinstance(node, ast.Call) or _function_name(node) not in CALLS[op][0]:
+        return None
+    position = CALLS[op][1]
+    if isinstance(node.func, ast.Attribute) and not _is_module(node.func.value):
+        # a method: `x.log()` guards x, `a.div(b)` guards b
+        return node.args[0] if position == 1 and node.args else node.func.value
+    return node.args[position] if len(node.args) > position else None
+
+
+def _is_module(node: ast.AST) -> bool:
+    """`torch`, `torch.special`, `F`, `np`: a function namespace rather than a tensor."""
+    return isinstance(node, ast.Name) and node.id in ("torch", "F", "np", "math") or (
+        isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        and node.value.id == "torch"
+    )  # fmt: skip
+
+
+def _outermost(nodes: list[ast.AST]) -> list[ast.AST]:
+    """Operands not inside another one (`log(log(x))` rewrites the outer call's operand)."""
+    spans = [(n.col_offset, n.end_col_offset) for n in nodes]
+    return [
+        n for n, (start, end) in zip(nodes, spans, strict=True)
+        if not any(s <= start and end <= e and (s, e) != (start, end) for s, e in spans)
+    ]  # fmt: skip
 
 
 def _function_name(call: ast.Call) -> str | None:
@@ -29,62 +130,23 @@ def _function_name(call: ast.Call) -> str | None:
     return None
 
 
-def _parse_line(code: str) -> ast.AST | None:
-    try:
-        return ast.parse(code.strip())
-    except SyntaxError:
-        # `return x` / `if x:` alone parse; a line continued elsewhere may not: try an expression
+_BODY = " pass"  # makes `if x:` or `for ...:` parse alone
+
+
+def _parse_line(text: str) -> tuple[ast.AST, str, str, str] | None:
+    """(tree, the text parsed, the line's text before it, the line's text after it): the whole
+    line, a block header given a body, or for a line that does not parse alone (a call
+    continued below) its expression part."""
+    expression = text.rstrip(":,\\(").split("=", 1)[-1].strip()
+    start = text.find(expression)
+    candidates = (
+        (text, "", ""),
+        (text + _BODY, "", ""),
+        (expression, text[:start], text[start + len(expression) :]),
+    )
+    for candidate, before, after in candidates:
         try:
-            return ast.parse(code.strip().rstrip(":,\\").split("=", 1)[-1].strip())
+            return ast.parse(candidate), candidate, before, after
         except SyntaxError:
-            return None
-
-
-def guard_call_argument(code: str, functions: set[str], guard: str) -> str | None:
-    """`torch.log(p)` -> `torch.log(p.clamp_min(1e-12))`; `p.log()` -> `p.clamp_min(1e-12).log()`."""
-    text = code.strip()
-    tree = _parse_line(text)
-    if tree is None:
-        return None
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or _function_name(node) not in functions:
             continue
-        if node.args:
-            target = node.args[0]
-        elif isinstance(node.func, ast.Attribute):
-            target = node.func.value  # method call: x.log()
-        else:
-            continue
-        segment = ast.get_source_segment(text, target)
-        if segment and segment in text:
-            return text.replace(segment, _guarded(segment, guard, target), 1)
-    return None
-
-
-def guard_denominator(code: str) -> str | None:
-    """`a / b` -> `a / b.clamp_min(1e-12)` for the first division on the line."""
-    text = code.strip()
-    tree = _parse_line(text)
-    if tree is None:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
-            segment = ast.get_source_segment(text, node.right)
-            if segment and segment in text:
-                whole = ast.get_source_segment(text, node)
-                guarded = whole.replace(
-                    segment, _guarded(segment, f"clamp_min({EPS})", node.right), 1
-                )
-                return text.replace(whole, guarded, 1)
-        if isinstance(node, ast.Call) and _function_name(node) in {"div", "true_divide"}:
-            if len(node.args) >= 2:
-                denominator = node.args[1]
-            elif node.args and isinstance(node.func, ast.Attribute):
-                denominator = node.args[0]
-            else:
-                continue
-            segment = ast.get_source_segment(text, denominator)
-            if segment and segment in text:
-                guarded = _guarded(segment, f"clamp_min({EPS})", denominator)
-                return text.replace(segment, guarded, 1)
     return None

@@ -57,6 +57,7 @@ def settings_findings(optimizers: list[dict]) -> list[Finding]:
             continue
         names = ", ".join(absurd)
         category = "learning_rate" if set(absurd) == {"lr"} else "optimizer_config"
+        code = "LR602" if category == "learning_rate" else "OC602"
         replacement = {name: _SANE[name] for name in absurd}
         findings.append(
             Finding(
@@ -73,6 +74,7 @@ def settings_findings(optimizers: list[dict]) -> list[Finding]:
                     "index": optimizer.get("index"),
                     "settings": replacement,
                 },  # fmt: skip
+                code=code,
             )
         )
     return findings

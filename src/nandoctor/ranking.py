@@ -6,6 +6,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from nandoctor.codes import measured_confidence
 from nandoctor.report.model import Cause, Finding, Location
 from nandoctor.source_values import where_written
 
@@ -88,6 +89,7 @@ def scaled_loss(facts: RunFacts) -> Finding | None:
         ),
         location=Location.from_dict(facts.loss_scale.get("location")),
         remedy={"kind": "clip_gradients", "max_norm": 1.0},
+        code="EG601",
     )
 
 
@@ -105,9 +107,19 @@ def _discounted(finding: Finding, reason: str) -> Finding:
     )
 
 
+def calibrated(finding: Finding) -> Finding:
+    """The finding with its confidence moved towards its code's record on the dev split."""
+    if not finding.code:
+        return finding
+    return dataclasses.replace(
+        finding, confidence=measured_confidence(finding.code, finding.confidence)
+    )
+
+
 def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding]:
-    """Reason across stages: what happened first and what explains what."""
-    result = list(findings)
+    """Reason across stages: what happened first and what explains what. Confidences start
+    from each code's measured record (codes.py), then the rules move them."""
+    result = [calibrated(f) for f in findings]
     if facts.failed_step == 0:
         # Step 0's loss comes from the first forward pass, before any update: the learning
         # rate cannot have caused it.
@@ -141,7 +153,7 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
             for f in result
         ]
         if not any(f.category == "learning_rate" and f.severity != "hint" for f in result):
-            result.append(_learning_rate_suspect(growth, facts))
+            result.append(calibrated(_learning_rate_suspect(growth, facts)))
     if any(f.stage == "device_compare" and f.category == "precision" and f.severity == "error"
            and f.confidence >= _STRONG for f in result):  # fmt: skip
         # A float64 reference stayed finite where the run did not: the domain error is made by
@@ -166,7 +178,7 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
         result = [_at_the_autocast_line(f, facts.autocast) if f.category == "precision" else f
                   for f in result]  # fmt: skip
     if facts.failed_step is not None and (scaled := scaled_loss(facts)):
-        result.append(scaled)
+        result.append(calibrated(scaled))
     init_errors = [f for f in result if f.category == "initialization" and f.severity == "error"]
     if init_errors and facts.failed_step is not None and facts.failed_step <= 1:
         result = [
@@ -231,6 +243,7 @@ def _learning_rate_suspect(growth: str, facts: RunFacts) -> Finding:
         evidence=(growth, f"the first NaN/Inf came only at step {facts.failed_step}"),
         fix="lower the learning rate (`nandoctor sweep-lr` finds a stable one) or add warmup",
         location=facts.optimizer_location,
+        code="LR601",
     )
 
 
@@ -273,6 +286,7 @@ def rank_causes(findings: list[Finding]) -> list[Cause]:
             location=f.location,
             verified_fix=f.verified_fix,
             stage=f.stage,
+            code=f.code,
         )
         for rank, f in enumerate(merged, 1)
     ]
@@ -287,6 +301,36 @@ def at_the_written_value(findings: list[Finding], script_args=()) -> list[Findin
     is written (`lr = 3.0`, an argparse default, a config entry), the constructor that uses it
     staying as evidence: that literal is what the user edits."""
     return [_relocated(f, script_args) for f in findings]
+
+
+def at_the_producing_line(
+    findings: list[Finding], numpy_errors: list[dict], failed_step
+) -> list[Finding]:
+    """Non-finite values that entered torch from numpy lead with the line where numpy made
+    them (a 0/0 in a standardization, a log of 0), the line where they entered torch staying
+    as evidence: that line is what the user edits."""
+    made = [e for e in numpy_errors if e.get("location") and failed_step is not None
+            and e.get("step", 0) <= failed_step]  # fmt: skip
+    if not made:
+        return findings
+    return [_at_the_numpy_line(f, made) if f.code in _ENTERED_FROM_DATA else f for f in findings]
+
+
+_ENTERED_FROM_DATA = ("DA101", "DA201")
+
+
+def _at_the_numpy_line(finding: Finding, made: list[dict]) -> Finding:
+    entered = finding.location
+    same_file = [e for e in made if entered is None or e["location"]["file"] == entered.file]
+    error = (same_file or made)[-1]
+    produced = Location.from_dict(error["location"])
+    if produced is None or produced == entered:
+        return finding
+    note = (f"numpy made non-finite values at {produced.short()} ({error['error']}: "
+            f"`{(produced.code or '').strip()}`)")  # fmt: skip
+    if entered is not None:
+        note += f"; they entered torch at {entered.short()}"
+    return dataclasses.replace(finding, location=produced, evidence=(note, *finding.evidence))
 
 
 def _relocated(finding: Finding, script_args) -> Finding:

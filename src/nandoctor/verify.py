@@ -9,6 +9,7 @@ import os
 import statistics
 from concurrent.futures import ThreadPoolExecutor
 
+from nandoctor.fixes import GUARDS, guard_for
 from nandoctor.optimizer_settings import describe_settings
 from nandoctor.ranking import rank_causes
 from nandoctor.report.model import Finding
@@ -22,7 +23,10 @@ _DIVERGED_FACTOR = 10.0  # a treated run whose last loss is this far above its b
 def describe_remedy(remedy: dict) -> str:
     kind = remedy["kind"]
     if kind == "guard_op":
-        return f"the input of {remedy['op']} at line {remedy['line']} kept inside its domain"
+        if remedy.get("shown"):
+            return f"line {remedy['line']} as `{remedy['shown']}`"
+        guard = GUARDS[remedy.get("guard") or guard_for(remedy["op"])].format(x="x")
+        return f"every input x of {remedy['op']} at line {remedy['line']} replaced by `{guard}`"
     if kind == "clip_gradients":
         return f"gradients clipped to norm {remedy['max_norm']:g}"
     if kind == "sanitize_inputs":

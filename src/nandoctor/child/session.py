@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 import time
 import weakref
@@ -18,6 +19,7 @@ from nandoctor.instrument.frames import SourceLine, find_construction_frame, fin
 from nandoctor.instrument.graph import leaves_reached_by
 from nandoctor.instrument.hooks import HookSet
 from nandoctor.instrument.modules import ModuleTracker
+from nandoctor.instrument.numpy_errors import watch_numpy_errors
 from nandoctor.instrument.precision import floating_param_dtypes, precision_in_use
 from nandoctor.instrument.tensors import (
     constant_factor,
@@ -54,6 +56,8 @@ class WatchSession:
     ) -> None:
         self.started = time.monotonic()
         self._nonfinite_read: tuple | None = None  # (tensor, SourceLine | None): see _scalar_read
+        self._numpy_lines: set = set()  # user lines where numpy made NaN/Inf (_numpy_error)
+        self._pid = os.getpid()  # DataLoader workers inherit the hooks: only this process reports
         self.options = options
         self.events = events
         self.step = 0
@@ -142,6 +146,7 @@ class WatchSession:
         self.hooks.optimizers_created(self._optimizer_created)
         self.hooks.compile_used(self._compile_used)
         self.hooks.scalar_reads(self._scalar_read)
+        watch_numpy_errors(self._numpy_error)
         if self.runs_eagerly:
             self.hooks.compile_disabled()
         if self.detector is not None or self.options.rewind:
@@ -157,6 +162,7 @@ class WatchSession:
         (per-op checks, the re-run's probes and remedy) instead of the watched run's."""
         self.options = options
         self.started = time.monotonic()  # the re-run's own time, not the watched run's
+        self._pid = os.getpid()  # the forked re-run reports its own numpy errors
         self.rewind = None
         self.on_batch = []  # the watched run's probes saw the steps before the point
         if options.detect and self.detector is None:
@@ -244,7 +250,8 @@ class WatchSession:
         scales every gradient by it unless they are divided back: said once."""
         if self._loss_scale_noted or not isinstance(tensors, torch.Tensor):
             return
-        factor = constant_factor(tensors)
+        with self.quiet():  # reading the constant is nandoctor's op, not the script's
+            factor = constant_factor(tensors)
         if factor is not None and abs(factor) >= _LARGE_LOSS_SCALE:
             self._loss_scale_noted = True
             self.events.emit("loss_scaled", factor=factor, step=self.step,
@@ -258,7 +265,7 @@ class WatchSession:
                 if t.numel() == 1:
                     self._losses.append(float(t.detach()))
                 if not is_finite(t):
-                    self._report(t, "the loss", t)
+                    self._report(t, "loss", "the loss", t)
 
     def _tensor_entered(self, source: str, result) -> None:
         # Recorded from the start, also before per-op checks switch on at step K-1 of a replay:
@@ -361,7 +368,7 @@ class WatchSession:
                 not math.isfinite(_total_norm(params))
                 and (bad := _first_nonfinite(params)) is not None
             ):
-                self._report(bad, f"parameter {self._name(bad)}", bad)
+                self._report(bad, "parameter", f"parameter {self._name(bad)}", bad)
         self._in_optimizer = False
         if self._clock is not None and self._clock() is optimizer:
             self._finish_step([_as_float(group.get("lr")) for group in optimizer.param_groups])
@@ -402,13 +409,15 @@ class WatchSession:
             bad = _first_nonfinite(grads)
             if bad is not None:  # else: finite gradients whose norm exceeds float32
                 param = next(p for p in params if p.grad is bad)
-                self._report(bad, f"the gradient of {self._name(param)}", bad)
+                self._report(bad, "gradient", f"the gradient of {self._name(param)}", bad)
 
-    def _report(self, tensor: torch.Tensor, reached: str, bad: torch.Tensor) -> None:
+    def _report(self, tensor: torch.Tensor, target: str, reached: str, bad: torch.Tensor) -> None:
         """A non-finite value reached a loss, gradient or parameter: say where it was born."""
-        self.on_nonfinite(self._found(tensor, reached, bad))
+        self.on_nonfinite(self._found(tensor, target, reached, bad))
 
-    def _found(self, tensor: torch.Tensor, reached: str, bad: torch.Tensor) -> dict:
+    def _found(self, tensor: torch.Tensor, target: str, reached: str, bad: torch.Tensor) -> dict:
+        """The nonfinite event. `target`: what the value reached, as a stable word (loss,
+        gradient, parameter, read); `reached`: the same for people ("the gradient of fc.weight")."""
         birth = None
         if self.detector is not None:
             birth = self.detector.root_birth(self.detector.taint_of(tensor))
@@ -416,6 +425,7 @@ class WatchSession:
         stepping = getattr(self._stepping, "_nandoctor_index", None) if self._in_optimizer else None
         return {
             "reached": reached,
+            "target": target,
             "step": self.step,
             "phase": self.phase if birth is None else birth.phase,
             "optimizer": stepping,
@@ -433,6 +443,17 @@ class WatchSession:
         if tensor.grad_fn is not None:
             self._nonfinite_read = (tensor, find_user_frame())
 
+    def _numpy_error(self, kind: str, where) -> None:
+        """numpy made NaN/Inf at a user line (instrument/numpy_errors.py): kept, once per line,
+        so a data cause can name the line that produced the values, not only where they
+        entered torch."""
+        key = (where.file, where.line) if where else None
+        if os.getpid() != self._pid or key in self._numpy_lines or len(self._numpy_lines) >= 64:
+            return
+        self._numpy_lines.add(key)
+        self.events.emit("numpy_error", error=kind, step=self.step,
+                         location=where.as_dict() if where else None)  # fmt: skip
+
     def report_nonfinite_read(self) -> bool:
         """The script is dying (an exception, a non-zero exit): when it last read a non-finite
         value and did not train on after it, that value is reported as the NaN/Inf the run
@@ -442,7 +463,7 @@ class WatchSession:
         tensor, where = self._nonfinite_read
         line = f" at line {where.line}" if where else ""
         with self.quiet():
-            found = self._found(tensor, f"a value the script read{line}", tensor)
+            found = self._found(tensor, "read", f"a value the script read{line}", tensor)
         self.events.emit("nonfinite", **found)
         return True
 
@@ -524,6 +545,10 @@ def _birth_dict(birth: Birth) -> dict:
         "module": birth.module,
         "location": birth.location.as_dict() if birth.location else None,
         "explanation": birth.explanation,
+        "kind": birth.kind,
+        "dtype": birth.dtype,
+        "forward_op": birth.forward_op,
+        "facts": dict(birth.facts),
         "nonfinite": birth.nonfinite,
         "has_nan": birth.has_nan,
         "constant": birth.constant,

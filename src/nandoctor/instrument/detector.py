@@ -21,9 +21,23 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from nandoctor.instrument.explain import BACKWARD_HINTS, explain_birth, explain_nan_from_inf
+from nandoctor.instrument.explain import (
+    BACKWARD_HINTS,
+    NONFINITE_INPUT,
+    NONFINITE_PARAMETER,
+    RECEIVED,
+    UNKNOWN,
+    explain_birth,
+    explain_nan_from_inf,
+)
 from nandoctor.instrument.frames import SourceLine, find_user_frame
-from nandoctor.instrument.tensors import count_nonfinite, is_checked, is_finite, iter_tensors
+from nandoctor.instrument.tensors import (
+    count_nonfinite,
+    is_checked,
+    is_finite,
+    iter_tensors,
+    scalar_of_a_wrapped_number,
+)
 
 _peek_sequence_nr = torch._C._autograd._get_sequence_nr
 _current_node = torch._C._current_autograd_node
@@ -80,6 +94,10 @@ class Birth:
     explanation: str
     nonfinite: str  # "nan=3, +inf=1 of 64"
     has_nan: bool
+    kind: str = UNKNOWN  # what happened, one of explain.py's kinds (the diagnosis decides on it)
+    dtype: str | None = None  # the dtype the op computed in
+    forward_op: str | None = None  # for a backward op: the forward op whose gradient it is
+    facts: dict = field(default_factory=dict)  # counts measured on the op's inputs (explain.py)
     constant: bool = False  # an Inf written on purpose (mask constant), not computed
     parent: int | None = None  # for NaN made from Inf: the birth of that Inf
     backward_node: str | None = None
@@ -147,6 +165,8 @@ class NonfiniteDetector(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if scalar_of_a_wrapped_number(func, args):
+            return args[0]
         context = self.context
         if context.paused or os.getpid() != self._pid:
             return func(*args, **kwargs)
@@ -277,6 +297,18 @@ class NonfiniteDetector(TorchDispatchMode):
             return self._received_birth(t, counts)
         # A one-element -inf tensor is a mask constant (`torch.tensor(float("-inf"))`), not data.
         constant = t.numel() == 1 and counts.nan == 0
+        if source is None and isinstance(t, torch.nn.Parameter):
+            return self._store(
+                op="parameter", module=self.context.module,
+                location=location or find_user_frame(), phase=self.context.phase,
+                explanation=(
+                    f"a parameter already non-finite when it reached {_reader(func)} "
+                    f"({counts.describe()}): no watched op made it (a checkpoint, `torch.empty` "
+                    "never filled, a write under no_grad)"
+                ),
+                nonfinite=counts.describe(), has_nan=counts.nan > 0, kind=NONFINITE_PARAMETER,
+                inputs_nonfinite=True, **({} if step is None else {"step": step}),
+            )  # fmt: skip
         if source is not None:
             explanation = f"{source} produced a tensor that already holds {counts.describe()}"
         else:
@@ -293,6 +325,7 @@ class NonfiniteDetector(TorchDispatchMode):
             explanation=explanation,
             nonfinite=counts.describe(),
             has_nan=counts.nan > 0,
+            kind=NONFINITE_INPUT,
             constant=constant,
             inputs_nonfinite=True,
             **({} if step is None else {"step": step}),
@@ -315,6 +348,7 @@ class NonfiniteDetector(TorchDispatchMode):
             ),
             nonfinite=counts.describe(),
             has_nan=counts.nan > 0,
+            kind=RECEIVED,
             received=True,
         )
 
@@ -328,9 +362,10 @@ class NonfiniteDetector(TorchDispatchMode):
         )
         op = str(func)
         if parents is not None:
-            explanation = explain_nan_from_inf(name, args, out)
+            why = explain_nan_from_inf(name, args, out)
         else:
-            explanation = explain_birth(name, args, kwargs, out)
+            why = explain_birth(name, args, kwargs, out)
+        explanation, forward_op = why.text, None
         notes = []
         if node is not None:
             backward_node = node.name()
@@ -338,7 +373,8 @@ class NonfiniteDetector(TorchDispatchMode):
             backward_call = self.context.backward_call
             if site is not None:
                 forward_name = site.op.split(".")[1] if "." in site.op else site.op
-                hint = BACKWARD_HINTS.get(forward_name.rstrip("_"))
+                forward_op = forward_name.rstrip("_") or forward_name
+                hint = BACKWARD_HINTS.get(forward_op)
                 prefix = f"in the backward of {site.op} ({backward_node})"
                 explanation = f"{prefix}: {hint + '; ' if hint else ''}{explanation}"
                 if node._sequence_nr() in self._forward_births:
@@ -358,6 +394,7 @@ class NonfiniteDetector(TorchDispatchMode):
         return self._store(
             op=op, module=module, location=location, phase=phase,
             explanation=explanation, nonfinite=counts.describe(), has_nan=counts.nan > 0,
+            kind=why.kind, dtype=why.dtype, forward_op=forward_op, facts=dict(why.facts),
             constant=constant, parent=parent, backward_node=backward_node,
             backward_call=backward_call, notes=notes,
         )  # fmt: skip

@@ -1,9 +1,13 @@
-"""Say *why* an op produced NaN/Inf, from the op's own inputs ("log of 3 zero inputs")."""
+"""Say *why* an op produced NaN/Inf, from the op's own inputs ("log of 3 zero inputs").
+
+Each answer is a `Why`: a stable `kind` the diagnosis decides on, the dtype the op computed in,
+and a sentence for people. Nothing downstream reads the sentence to decide anything."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -14,6 +18,30 @@ from nandoctor.instrument.tensors import (
     iter_tensors,
     short_dtype,
 )
+
+# The kinds of birth, one meaning each.
+DOMAIN = "domain"  # an input outside the op's domain: log(0), sqrt(-1), acos(1.5), 0 ** -1
+DIVISION_BY_ZERO = "division_by_zero"
+OVERFLOW = "overflow"  # finite inputs, a result beyond the dtype's largest value
+CONVERSION_OVERFLOW = "conversion_overflow"  # a cast to a dtype that cannot hold the value
+EMPTY_REDUCTION = "empty_reduction"  # mean of no elements
+TOO_FEW_ELEMENTS = "too_few_elements"  # std/var of one value
+INF_ARITHMETIC = "inf_arithmetic"  # NaN made from Inf: inf - inf, 0 x inf
+MASKED_SOFTMAX = "masked_softmax"  # softmax of a row that is entirely -inf
+NONFINITE_INPUT = "nonfinite_input"  # entered torch already NaN/Inf (data, numpy, a file)
+NONFINITE_PARAMETER = "nonfinite_parameter"  # a parameter no watched op made non-finite
+RECEIVED = "received"  # written by a collective: another rank made it
+UNKNOWN = "unknown"
+OVERFLOW_KINDS = (OVERFLOW, CONVERSION_OVERFLOW)
+
+
+@dataclass(frozen=True)
+class Why:
+    kind: str
+    text: str
+    dtype: str | None = None  # the dtype the op computed its result in ("float16")
+    # Counts measured on the inputs, by name: {"zero": 3, "negative": 0} for a denominator.
+    facts: tuple[tuple[str, int], ...] = ()
 
 
 def _plural(n: int, word: str) -> str:
@@ -28,39 +56,40 @@ def _count(mask: torch.Tensor) -> int:
     return int(mask.sum())
 
 
-def _domain(x: torch.Tensor, checks: list[tuple[str, Callable]], name: str) -> str | None:
+def _domain(x: torch.Tensor, checks: list[tuple[str, Callable]], name: str) -> Why | None:
     x = x.detach()
     found = [f"{n} {label}" for label, test in checks if (n := _count(test(x)))]
     if not found:
         return None
-    return f"{name} of {' and '.join(found)} input{'s' if x.numel() > 1 else ''} (of {x.numel()})"
+    plural = "s" if x.numel() > 1 else ""
+    return Why(DOMAIN, f"{name} of {' and '.join(found)} input{plural} (of {x.numel()})")
 
 
-def _log(args, kwargs, out) -> str | None:
+def _log(args, kwargs, out) -> Why | None:
     return _domain(
         _first_tensor(args), [("zero", lambda x: x == 0), ("negative", lambda x: x < 0)], "log"
     )
 
 
-def _log1p(args, kwargs, out) -> str | None:
+def _log1p(args, kwargs, out) -> Why | None:
     checks = [("-1", lambda x: x == -1), ("below -1", lambda x: x < -1)]
     return _domain(_first_tensor(args), checks, "log1p")
 
 
-def _sqrt(args, kwargs, out) -> str | None:
+def _sqrt(args, kwargs, out) -> Why | None:
     return _domain(_first_tensor(args), [("negative", lambda x: x < 0)], "sqrt")
 
 
-def _rsqrt(args, kwargs, out) -> str | None:
+def _rsqrt(args, kwargs, out) -> Why | None:
     checks = [("zero", lambda x: x == 0), ("negative", lambda x: x < 0)]
     return _domain(_first_tensor(args), checks, "rsqrt")
 
 
-def _inverse_trig(args, kwargs, out) -> str | None:
+def _inverse_trig(args, kwargs, out) -> Why | None:
     return _domain(_first_tensor(args), [("out-of-[-1, 1]", lambda x: x.abs() > 1)], "acos/asin")
 
 
-def _atanh(args, kwargs, out) -> str | None:
+def _atanh(args, kwargs, out) -> Why | None:
     return _domain(_first_tensor(args), [("|x| >= 1", lambda x: x.abs() >= 1)], "atanh")
 
 
@@ -70,7 +99,7 @@ def _as_tensor(value, like: torch.Tensor) -> torch.Tensor:
     )
 
 
-def _division(args, kwargs, out) -> str | None:
+def _division(args, kwargs, out) -> Why | None:
     if len(args) < 2:
         return None
     numerator = args[0].detach() if isinstance(args[0], torch.Tensor) else None
@@ -84,25 +113,29 @@ def _division(args, kwargs, out) -> str | None:
         numerator_zero, zero = torch.broadcast_tensors(numerator == 0, zero)
         if zero_over_zero := _count(numerator_zero & zero):
             text += f" ({zero_over_zero} results are 0/0)"
-    return text
+    facts = (("zero", n_zero), ("negative", _count(denominator < 0)))
+    return Why(DIVISION_BY_ZERO, text, facts=facts)
 
 
-def _addcdiv(args, kwargs, out) -> str | None:
+def _addcdiv(args, kwargs, out) -> Why | None:
     """self + value * tensor1 / tensor2: Adam's update, where tensor2 is sqrt(v) + eps."""
     if len(args) < 3 or not isinstance(args[2], torch.Tensor):
         return None
-    text = _division((args[1], args[2]), kwargs, out)
-    return f"inside addcdiv: {text}" if text else None
+    why = _division((args[1], args[2]), kwargs, out)
+    return replace(why, text=f"inside addcdiv: {why.text}") if why else None
 
 
-def _reciprocal(args, kwargs, out) -> str | None:
+def _reciprocal(args, kwargs, out) -> Why | None:
     x = _first_tensor(args)
     n = _count(x.detach() == 0)
-    return f"reciprocal of {_plural(n, 'zero input')} (of {x.numel()})" if n else None
+    if not n:
+        return None
+    text = f"reciprocal of {_plural(n, 'zero input')} (of {x.numel()})"
+    return Why(DIVISION_BY_ZERO, text, facts=(("zero", n), ("negative", _count(x.detach() < 0))))
 
 
 def _exp_like(name: str, log_base: float = 1.0) -> Callable:
-    def explain(args, kwargs, out) -> str | None:
+    def explain(args, kwargs, out) -> Why | None:
         x = _first_tensor(args)
         if x is None:
             return None
@@ -110,26 +143,27 @@ def _exp_like(name: str, log_base: float = 1.0) -> Callable:
         high = float(x.detach().max())
         if high <= limit:
             return None
-        return (
+        return Why(
+            OVERFLOW,
             f"{name} of inputs up to {high:.4g} overflows {short_dtype(out.dtype)} "
-            f"(max input {limit:.4g})"
+            f"(max input {limit:.4g})",
         )
 
     return explain
 
 
-def _pow(args, kwargs, out) -> str | None:
+def _pow(args, kwargs, out) -> Why | None:
     base, exponent = args[0], args[1] if len(args) > 1 else None
     if isinstance(base, torch.Tensor) and isinstance(exponent, (int, float)):
         base = base.detach()
         if exponent != int(exponent) and (n := _count(base < 0)):
-            return f"fractional power ({exponent}) of {_plural(n, 'negative base')}"
+            return Why(DOMAIN, f"fractional power ({exponent}) of {_plural(n, 'negative base')}")
         if exponent < 0 and (n := _count(base == 0)):
-            return f"negative power ({exponent}) of {_plural(n, 'zero base')}"
+            return Why(DOMAIN, f"negative power ({exponent}) of {_plural(n, 'zero base')}")
     return _overflow("power", args, out)
 
 
-def _overflow(what: str, args, out, hint: str | None = None) -> str | None:
+def _overflow(what: str, args, out, hint: str | None = None) -> Why | None:
     """Finite inputs, infinite output: the result left the dtype's range."""
     if not isinstance(out, torch.Tensor) or bool(torch.isnan(out.detach()).any()):
         return None  # NaN from finite inputs is not an overflow
@@ -141,30 +175,34 @@ def _overflow(what: str, args, out, hint: str | None = None) -> str | None:
         f"{what} result exceeds the {short_dtype(out.dtype)} maximum "
         f"{dtype_max(out.dtype):.4g} (largest input magnitude {largest:.4g})"
     )
-    return f"{text}; {hint}" if hint else text
+    return Why(OVERFLOW, f"{text}; {hint}" if hint else text)
 
 
-def _conversion(args, kwargs, out) -> str | None:
+def _conversion(args, kwargs, out) -> Why | None:
     source = _first_tensor(args)
     if source is None or source.dtype == out.dtype:
         return None
     span = finite_range(source)
     largest = max(abs(span[0]), abs(span[1])) if span else float("nan")
-    return (
+    return Why(
+        CONVERSION_OVERFLOW,
         f"conversion {short_dtype(source.dtype)} -> {short_dtype(out.dtype)} overflows "
-        f"(|x| up to {largest:.4g} > {dtype_max(out.dtype):.4g})"
+        f"(|x| up to {largest:.4g} > {dtype_max(out.dtype):.4g})",
     )
 
 
-def _empty_reduction(args, kwargs, out) -> str | None:
+def _empty_reduction(args, kwargs, out) -> Why | None:
     x = _first_tensor(args)
     if x is not None and x.numel() == 0:
-        return "reduction over an empty tensor"
+        return Why(EMPTY_REDUCTION, "reduction over an empty tensor")
     return None
 
 
-def _variance(args, kwargs, out) -> str | None:
-    return "variance/std over too few elements for the correction (e.g. std of a single value)"
+def _variance(args, kwargs, out) -> Why | None:
+    return Why(
+        TOO_FEW_ELEMENTS,
+        "variance/std over too few elements for the correction (e.g. std of a single value)",
+    )
 
 
 _RULES: dict[str, Callable] = {
@@ -203,13 +241,21 @@ _RULES: dict[str, Callable] = {
 }
 
 
-def explain_birth(op_name: str, args, kwargs, out: torch.Tensor) -> str:
+def explain_birth(op_name: str, args, kwargs, out: torch.Tensor) -> Why:
     """Why `op_name` turned finite inputs into NaN/Inf in `out`."""
     if op_name.startswith("_foreach_"):  # list ops of optimizers: explain the failing element
         op_name, args = op_name.removeprefix("_foreach_"), _element_args(args, out)
     rule = _RULES.get(op_name)
-    text = rule(args, kwargs or {}, out) if rule else None
-    return text or _overflow(op_name, args, out) or f"{op_name} produced non-finite values"
+    why = (
+        (rule(args, kwargs or {}, out) if rule else None)
+        or _overflow(op_name, args, out)
+        or Why(UNKNOWN, f"{op_name} produced non-finite values")
+    )
+    return replace(why, dtype=_dtype_of(out))
+
+
+def _dtype_of(out) -> str | None:
+    return short_dtype(out.dtype) if isinstance(out, torch.Tensor) else None
 
 
 def _element_args(args, out: torch.Tensor):
@@ -218,14 +264,15 @@ def _element_args(args, out: torch.Tensor):
     return tuple(a[index] if isinstance(a, (list, tuple)) and len(a) > index else a for a in args)
 
 
-def explain_nan_from_inf(op_name: str, args, out: torch.Tensor) -> str:
+def explain_nan_from_inf(op_name: str, args, out: torch.Tensor) -> Why:
     """Why an op turned infinite (but not NaN) inputs into NaN."""
     if op_name in ("_softmax", "softmax", "_log_softmax", "log_softmax"):
         x = _first_tensor(args)
         dim = args[1] if len(args) > 1 and isinstance(args[1], int) else -1
         rows = _count(torch.isneginf(x.detach()).all(dim=dim))
         if rows:
-            return f"softmax over {_plural(rows, 'row')} that are entirely -inf (fully masked)"
+            text = f"softmax over {_plural(rows, 'row')} that are entirely -inf (fully masked)"
+            return Why(MASKED_SOFTMAX, text, _dtype_of(out))
     known = {
         "add": "inf + (-inf)",
         "sub": "inf - inf",
@@ -235,7 +282,8 @@ def explain_nan_from_inf(op_name: str, args, out: torch.Tensor) -> str:
         "addmm": "0 x inf inside a matrix product",
         "bmm": "0 x inf inside a matrix product",
     }
-    return known.get(op_name, f"{op_name} turned infinite inputs into NaN")
+    text = known.get(op_name, f"{op_name} turned infinite inputs into NaN")
+    return Why(INF_ARITHMETIC, text, _dtype_of(out))
 
 
 # What makes the derivative of a forward op infinite: said when a backward op of it blows up.

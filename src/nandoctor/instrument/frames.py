@@ -18,9 +18,9 @@ _STDLIB_DIRS = tuple(
 )
 _LIBRARY_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
-# code object -> its absolute file name for user code, "" for library code. Caching by code
-# object keeps the walk at ~1.5 µs per call (string tests run once per function, not per op).
-_user_file_of_code: dict = {}
+# co_filename -> its absolute path for user code, "" for library code. Caching keeps the walk at
+# ~1.5 µs per call (string tests run once per file, not per op).
+_user_file_of_name: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,13 @@ def is_library_file(name: str) -> bool:
 
 
 def _user_file(code) -> str:
-    known = _user_file_of_code.get(code)
+    # Keyed by file name, not by code object: code objects compare equal across files when
+    # their bytecode is the same (one helper function copied into two scripts).
+    name = code.co_filename
+    known = _user_file_of_name.get(name)
     if known is None:
-        name = code.co_filename
         known = "" if is_library_file(name) else os.path.abspath(name)
-        _user_file_of_code[code] = known
+        _user_file_of_name[name] = known
     return known
 
 

@@ -14,63 +14,36 @@ Each remedy is described by a plain dict (it travels in the child's options):
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from nandoctor.fixes import GUARDABLE_OPS
+from nandoctor.fixes import CALLS, GUARDS, guard_for
 from nandoctor.instrument.frames import find_user_frame
 from nandoctor.instrument.tensors import iter_tensors
 
 _EPS = 1e-12
 
-# aten op of the finding -> the Python-level callables (by name) that run it, and which
-# argument gets the guard.
-_GUARDED_CALLS = {
-    "log": ({"log", "log_"}, 0), "log2": ({"log2", "log2_"}, 0), "log10": ({"log10", "log10_"}, 0),
-    "log1p": ({"log1p", "log1p_"}, 0), "sqrt": ({"sqrt", "sqrt_"}, 0),
-    "rsqrt": ({"rsqrt", "rsqrt_"}, 0), "reciprocal": ({"reciprocal", "reciprocal_"}, 0),
-    "acos": ({"acos", "arccos", "acos_"}, 0), "asin": ({"asin", "arcsin", "asin_"}, 0),
-    "atanh": ({"atanh", "arctanh"}, 0), "exp": ({"exp", "exp_"}, 0), "expm1": ({"expm1"}, 0),
-    "pow": ({"pow", "__pow__", "pow_"}, 0),
-    "div": ({"div", "divide", "true_divide", "__truediv__", "__itruediv__", "div_"}, 1),
-}  # fmt: skip
 
-
-assert set(_GUARDED_CALLS) == GUARDABLE_OPS, "every guardable op needs its Python-level calls"
-
-
-def _domain_guard(op: str):
-    def clamp_min(eps):
-        return lambda x: x.clamp_min(eps)
-
-    def exp_guard(x):
-        return x.clamp_max(math.log(torch.finfo(x.dtype).max) - 1.0)
-
-    def away_from_zero(x):
-        return torch.where(x.abs() < _EPS, torch.full_like(x, _EPS), x)
-
+def _compiled_guards() -> dict:
+    """Each guard of fixes.GUARDS as a function, from the very source the report shows."""
     return {
-        "log1p": clamp_min(-1 + 1e-7),
-        "acos": lambda x: x.clamp(-1 + 1e-7, 1 - 1e-7),
-        "asin": lambda x: x.clamp(-1 + 1e-7, 1 - 1e-7),
-        "atanh": lambda x: x.clamp(-1 + 1e-7, 1 - 1e-7),
-        "exp": exp_guard,
-        "expm1": exp_guard,
-        "div": away_from_zero,
-        "reciprocal": away_from_zero,
-    }.get(op, clamp_min(_EPS))
+        name: eval(f"lambda x: {source.format(x='x')}", {"torch": torch})  # noqa: S307
+        for name, source in GUARDS.items()
+    }
+
+
+_GUARD_FUNCTIONS = _compiled_guards()
 
 
 class OpGuard(TorchFunctionMode):
     """Guards one op at one user line; everything else runs untouched."""
 
-    def __init__(self, op: str, file: str, line: int) -> None:
+    def __init__(self, op: str, file: str, line: int, guard: str | None = None) -> None:
         super().__init__()
-        self.names, self.position = _GUARDED_CALLS[op]
-        self.guard = _domain_guard(op)
+        self.names, self.position = CALLS[op]
+        self.guard = _GUARD_FUNCTIONS[guard or guard_for(op)]
         self.file, self.line = os.path.abspath(file), line
         self.applied = 0
 
@@ -215,7 +188,7 @@ def apply_remedy(remedy: dict, session) -> None:
     """Install `remedy` for this run (called before the script starts)."""
     kind = remedy["kind"]
     if kind == "guard_op":
-        guard = OpGuard(remedy["op"], remedy["file"], int(remedy["line"]))
+        guard = OpGuard(remedy["op"], remedy["file"], int(remedy["line"]), remedy.get("guard"))
         guard.__enter__()
         session.remedy_guard = guard
         return

@@ -54,7 +54,12 @@ from nandoctor.instrument.op_plans import (
     upcast,
 )
 from nandoctor.instrument.reference_chain import ReferenceChain
-from nandoctor.instrument.tensors import count_nonfinite, is_finite, short_dtype
+from nandoctor.instrument.tensors import (
+    count_nonfinite,
+    is_finite,
+    scalar_of_a_wrapped_number,
+    short_dtype,
+)
 
 _current_node = torch._C._current_autograd_node
 _peek_sequence_nr = torch._C._autograd._get_sequence_nr
@@ -173,6 +178,8 @@ class ShadowMode(TorchDispatchMode):
     # ---- the mode ---------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if scalar_of_a_wrapped_number(func, args):
+            return args[0]
         if not self._in_window():
             return func(*args, **kwargs)
         node = _current_node()
@@ -449,7 +456,8 @@ class ShadowMode(TorchDispatchMode):
             record["input_max"] = max_abs(tensors_in(inputs))
         if comparison.only_target:
             record["target_nonfinite"] = count_nonfinite(target).describe()
-            record["explanation"] = explain_birth(plan.name, *inputs, target)
+            why = explain_birth(plan.name, *inputs, target)
+            record["explanation"], record["kind"] = why.text, why.kind
         return record
 
     def _where(self, node) -> tuple[str, SourceLine | None, str | None, str | None]:

@@ -111,3 +111,12 @@ def constant_factor(t: torch.Tensor) -> float | None:
     if other.numel() != 1 or other.requires_grad:
         return None
     return float(other)
+
+
+def scalar_of_a_wrapped_number(func, args) -> bool:
+    """`.item()` of a wrapped number (the 0-dim tensor autograd saves for `loss * 65536.0`):
+    a dispatch mode receives it already unwrapped to a Python number, which
+    `_local_scalar_dense` rejects. The number is the answer."""
+    return func is torch.ops.aten._local_scalar_dense.default and not isinstance(
+        args[0] if args else None, torch.Tensor
+    )

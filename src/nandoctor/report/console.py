@@ -47,6 +47,7 @@ def _cause_block(cause: Cause) -> Group:
     lines = [
         Text.assemble(
             (f"{cause.rank}. {cause.category}", "bold"),
+            (f" {cause.code}" if cause.code else "", "dim"),
             f"  {cause.title}  ",
             (f"confidence {cause.confidence:.2f}", "dim"),
             verified,
@@ -141,7 +142,9 @@ def render_report(report: Report, console: Console) -> None:
     elif report.status == "healthy" and report.findings:
         console.print(Text("warnings (not causes: the run stayed finite)", style="bold"))
         for finding in report.findings:
-            console.print(Text(f" - [{finding.category}] {finding.title}", style="yellow"))
+            console.print(
+                Text(f" - [{finding.category} {finding.code}] {finding.title}", style="yellow")
+            )
     _render_stage_details(report, console)
     console.print(_stage_table(report))
 

@@ -47,7 +47,8 @@ def _cause(cause: Cause) -> str:
     at = f" · at <code>{escape(where(cause.location))}</code>" if cause.location else ""
     evidence = "".join(f"<li>{escape(line)}</li>" for line in cause.evidence)
     return (
-        f'<div class="cause"><h3>{cause.rank}. <code>{escape(cause.category)}</code> — '
+        f'<div class="cause"><h3>{cause.rank}. <code>{escape(cause.category)}</code> '
+        f"{escape(cause.code)} — "
         f'{escape(cause.title)}</h3><div class="muted">confidence {cause.confidence:.2f}'
         f"{verified[cause.verified_fix]}{at}</div><ul>{evidence}</ul>"
         f'<p class="fix"><b>Fix:</b> {escape(cause.fix)}</p></div>'

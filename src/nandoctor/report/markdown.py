@@ -22,7 +22,7 @@ def _cell(text: str) -> str:
 def _cause(cause: Cause) -> list[str]:
     verified = {True: " — fix verified", False: " — fix tried, not enough", None: ""}
     lines = [
-        f"### {cause.rank}. `{cause.category}` — {cause.title}",
+        f"### {cause.rank}. `{cause.category}` {cause.code} — {cause.title}",
         f"confidence {cause.confidence:.2f}{verified[cause.verified_fix]}"
         + (f" · at `{where(cause.location)}`" if cause.location else ""),
         "",

@@ -54,9 +54,16 @@ class FirstNonfinite:
     location: Location | None
     explanation: str
     reached: str = ""  # "the loss", "the gradient of fc1.weight", ...
+    target: str = ""  # what it reached, as a stable word: loss | gradient | parameter | read
     nonfinite: str = ""  # "nan=3, +inf=1 of 64"
     backward_node: str | None = None
     rank: int | None = None  # of a torchrun launch: the rank where it happened first
+    # What happened, as a stable kind (instrument/explain.py: domain, overflow, ...), the dtype
+    # the op computed in, and for a backward op the forward op whose gradient it is.
+    kind: str = "unknown"
+    dtype: str | None = None
+    forward_op: str | None = None
+    facts: dict = field(default_factory=dict)  # counts on the op's inputs: {"zero": 3, ...}
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ class Finding:
     verified_fix: bool | None = None
     # A fix nandoctor can apply to a re-run by itself, to verify it (instrument/remedies.py).
     remedy: dict | None = None
+    code: str = ""  # the stable id of this kind of claim (codes.py)
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,7 @@ class Cause:
     location: Location | None
     verified_fix: bool | None = None
     stage: str = ""
+    code: str = ""
 
 
 @dataclass

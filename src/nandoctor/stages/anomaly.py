@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 
+from nandoctor.codes import CODES
 from nandoctor.compiled_only import compiled_only_finding, only_compiled
-from nandoctor.fixes import EPS, GUARDABLE_OPS, guard_call_argument, guard_denominator
+from nandoctor.fixes import GUARDABLE_OPS, guard_for, guard_remedy
+from nandoctor.instrument.explain import (
+    CONVERSION_OVERFLOW,
+    DIVISION_BY_ZERO,
+    NONFINITE_INPUT,
+    NONFINITE_PARAMETER,
+    OVERFLOW_KINDS,
+    UNKNOWN,
+)
 from nandoctor.report.model import Finding, FirstNonfinite, Location, StageResult
 from nandoctor.stages import StageContext, StageOutcome
 
 NAME = "anomaly"
 
 _LOG_OPS = {"log", "log2", "log10"}
-_OVERFLOW_WORDS = ("exceeds", "overflows")
-_LOW_PRECISION_WORDS = ("float16", "bfloat16")
+REDUCED_PRECISION = ("float16", "bfloat16")
 
 
 def run(context: StageContext) -> StageOutcome:
@@ -68,8 +76,10 @@ def first_nonfinite_from(event: dict) -> FirstNonfinite:
             location=Location.from_dict(event.get("backward_call")),
             explanation=f"a non-finite value reached {event['reached']}; its origin was not seen",
             reached=event["reached"],
+            target=event.get("target", ""),
             nonfinite=event.get("counts", ""),
             rank=event.get("rank"),
+            kind=UNKNOWN,
         )
     return FirstNonfinite(
         step=birth["step"],
@@ -79,9 +89,14 @@ def first_nonfinite_from(event: dict) -> FirstNonfinite:
         location=Location.from_dict(birth.get("location")),
         explanation=birth["explanation"],
         reached=event["reached"],
+        target=event.get("target", ""),
         nonfinite=birth.get("nonfinite", ""),
         backward_node=birth.get("backward_node"),
         rank=event.get("rank"),
+        kind=birth.get("kind") or (NONFINITE_INPUT if birth.get("inputs_nonfinite") else UNKNOWN),
+        dtype=birth.get("dtype"),
+        forward_op=birth.get("forward_op"),
+        facts=birth.get("facts") or {},
     )
 
 
@@ -114,7 +129,8 @@ def finding_from(
     that a much smaller rate does not move the failure, so values that grew until an op
     overflowed are not the rate's doing."""
     birth = event.get("birth") or {}
-    category, title, confidence = _categorize(first, birth, rate_ruled_out)
+    code, title, confidence = _categorize(first, birth, rate_ruled_out)
+    category = CODES[code].category
     evidence = [
         f"{first.op} in {first.phase} at step {first.step}"
         + (f", module {first.module}" if first.module else "")
@@ -125,7 +141,8 @@ def finding_from(
     ]
     if first.location and first.location.code:
         evidence.append(f"code: {first.location.code}")
-    location, fix = first.location, suggest_fix(first, birth, category)
+    remedy = propose_remedy(first, birth, category, optimizer)
+    location, fix = first.location, suggest_fix(first, birth, category, remedy)
     if optimizer is not None and (category == "learning_rate" or first.phase == "optimizer"):
         # The line to edit is where the optimizer was built with its learning rate or setting.
         evidence.append(f"optimizer: {describe_optimizer(optimizer)}")
@@ -139,7 +156,8 @@ def finding_from(
         evidence=tuple(evidence),
         fix=fix,
         location=location,
-        remedy=propose_remedy(first, birth, category, optimizer),
+        remedy=remedy,
+        code=code,
     )
 
 
@@ -148,20 +166,27 @@ def propose_remedy(first: FirstNonfinite, birth: dict, category: str, optimizer)
     eps = (optimizer or {}).get("settings", {}).get("eps")
     if category == "optimizer_config" and eps is not None and eps <= 0:
         return {"kind": "optimizer_eps", "eps": 1e-8}
+    if category == "initialization":
+        return None  # weights written non-finite after construction: no re-init reaches them
     if birth.get("inputs_nonfinite") or made_the_tensor(first):
         return {"kind": "sanitize_inputs"}
-    if category == "precision" and any(w in first.explanation for w in _LOW_PRECISION_WORDS):
+    if category == "precision" and first.dtype in REDUCED_PRECISION:
         return {"kind": "float32"}
     if category == "exploding_gradients":
         return {"kind": "clip_gradients", "max_norm": 1.0}
-    op = _forward_op(first.explanation) if first.phase == "backward" else op_base(first.op)
+    op = _op_to_fix(first)
     # A guard fixes a domain error (log of 0, 0/0) or an exp that overflows from the start; an
     # overflow after values grew is a symptom, and clamping it would only hide the divergence.
     guardable = category in ("invalid_operation", "data")
     if guardable and op in GUARDABLE_OPS and first.location is not None:
-        location = first.location
-        return {"kind": "guard_op", "op": op, "file": location.file, "line": location.line}
+        where = first.location
+        return guard_remedy(op, _guard_of(first, op), where.file, where.line, where.code)
     return None
+
+
+def _guard_of(first: FirstNonfinite, op: str) -> str:
+    """A denominator that held negative values keeps its sign; a norm or a count is clamped."""
+    return guard_for(op, first.dtype, signed=first.facts.get("negative", 0) > 0)
 
 
 def optimizer_fix(optimizer: dict, category: str) -> str | None:
@@ -177,58 +202,61 @@ def optimizer_fix(optimizer: dict, category: str) -> str | None:
 def made_the_tensor(first: FirstNonfinite) -> bool:
     """Born where a tensor was made already non-finite: `torch.from_numpy`, `torch.tensor`,
     `torch.load` (recorded by name), or a dtype conversion that overflowed."""
-    return first.op.startswith("torch.") or "conversion" in first.explanation
+    return first.op.startswith("torch.") or first.kind == CONVERSION_OVERFLOW
 
 
 def _categorize(first: FirstNonfinite, birth: dict, rate_ruled_out: bool) -> tuple[str, str, float]:
+    """(code, title, confidence) of the claim the first NaN/Inf supports (codes.py)."""
     op = op_base(first.op)
-    explanation = first.explanation
-    overflow = any(word in explanation for word in _OVERFLOW_WORDS)
+    if first.kind == NONFINITE_PARAMETER:
+        # Below the init check's finding of the same weights, which knows the line that wrote
+        # them; this one stands when the init check did not run.
+        return "IN101", "parameters hold NaN/Inf that no op of the run made", 0.75
     if birth.get("inputs_nonfinite") or first.phase == "data":
         # The line that made a tensor already holding NaN/Inf is exact: above a data scan's
         # trace, which can only reach the line that fetched the row.
         return (
-            "data",
+            "DA101",
             "non-finite values come from the data",
             0.97 if made_the_tensor(first) else 0.85,
         )
     if first.phase == "optimizer":
-        if "division by zero" in explanation:
-            return "optimizer_config", "the optimizer update divides by zero", 0.8
-        return "learning_rate", f"the optimizer update overflowed ({op})", 0.6
-    if overflow and "division by zero" not in explanation:
-        if any(word in explanation for word in _LOW_PRECISION_WORDS):
-            return "precision", f"{op} overflows its low-precision dtype", 0.8
+        if first.kind == DIVISION_BY_ZERO:
+            return "OC101", "the optimizer update divides by zero", 0.8
+        return "LR101", f"the optimizer update overflowed ({op})", 0.6
+    if first.kind in OVERFLOW_KINDS:
+        if first.dtype in REDUCED_PRECISION:
+            return "PR101", f"{op} overflows its low-precision dtype", 0.8
         if first.phase == "backward":  # the forward pass was finite: the gradients exploded
-            forward = _forward_op(explanation) or op
-            return "exploding_gradients", f"gradients overflow in the backward of {forward}", 0.75
-        if first.phase == "forward" and first.reached.startswith("the gradient"):
+            forward = first.forward_op or op
+            return "EG101", f"gradients overflow in the backward of {forward}", 0.75
+        if first.phase == "forward" and first.target == "gradient":
             # The overflowing forward value never reached the loss (torch.where, masked_fill
             # or indexing discarded it) but its gradient did: inf x 0 = NaN in backward. The
             # formula is the bug at any learning rate.
             return (
-                "invalid_operation",
+                "IO101",
                 f"{op} overflows in a branch the forward discards, and its gradient does not",
                 0.8,
             )
         if first.step == 0:
             # float32 is not a reduced precision: an overflow before any update is a formula
             # (or an input scale) whose result float32 cannot hold, fixed by a stable formula
-            return "invalid_operation", f"{op} overflows float32 before any update", 0.6
+            return "IO102", f"{op} overflows float32 before any update", 0.6
         if rate_ruled_out:
             # Growth the learning rate does not drive: a schedule, a temperature or the inputs'
             # scale takes the formula past what float32 holds (an annealed softmax scale).
             return (
-                "invalid_operation",
+                "IO103",
                 f"{op} overflows float32 at step {first.step}, whatever the learning rate",
                 0.7,
             )
-        return "learning_rate", f"values grew until {op} overflowed at step {first.step}", 0.55
+        return "LR102", f"values grew until {op} overflowed at step {first.step}", 0.55
     if first.phase == "backward":
-        forward = _forward_op(explanation) or op
-        return "invalid_operation", f"the gradient of {forward} is not finite at its input", 0.85
+        forward = first.forward_op or op
+        return "IO104", f"the gradient of {forward} is not finite at its input", 0.85
     return (
-        "invalid_operation",
+        "IO105",
         _DOMAIN_TITLES.get(op, f"{op} received inputs outside its domain"),
         0.85,
     )
@@ -250,20 +278,29 @@ _DOMAIN_TITLES = {
 }
 
 
-def suggest_fix(first: FirstNonfinite, birth: dict, category: str) -> str:
+def suggest_fix(first: FirstNonfinite, birth: dict, category: str, remedy: dict | None) -> str:
+    """The fix to show. When a re-run can guard the op, the line rewritten with that very guard
+    leads (`remedy["shown"]`): what is verified is what the user pastes."""
     op = op_base(first.op)
-    code = first.location.code if first.location else ""
-    forward_op = _forward_op(first.explanation) if first.phase == "backward" else op
+    forward_op = _op_to_fix(first)
+    rewritten = (remedy or {}).get("shown")
     if "masked_forward" in birth.get("notes", []):
-        return (
+        return _with_rewrite(
+            rewritten,
             "the value is masked (torch.where / masked_fill) after it is computed, but its "
-            "gradient is not: mask the input instead, e.g. "
-            "`torch.where(x > 0, torch.log(torch.where(x > 0, x, 1.0)), 0.0)` (the double-where trick)"
+            "gradient is not: keep the input inside the op's domain before it, e.g. "
+            "`torch.where(x > 0, torch.log(torch.where(x > 0, x, 1.0)), 0.0)` (the double-where trick)",
         )
-    if "conversion" in first.explanation:
+    if first.kind == CONVERSION_OVERFLOW:
         return (
             "values beyond the target dtype's range: rescale them, clamp them before the "
             "conversion (`x.clamp(-1e30, 1e30).float()`), or treat sentinel values as missing"
+        )
+    if first.kind == NONFINITE_PARAMETER:
+        return (
+            "find what wrote NaN/Inf into the weights before training: a checkpoint (check it "
+            "with `torch.isfinite`), `torch.empty` never filled (initialize it, e.g. "
+            "`nn.init.kaiming_uniform_`), or an in-place write under `torch.no_grad()`"
         )
     if birth.get("inputs_nonfinite"):
         return (
@@ -272,30 +309,32 @@ def suggest_fix(first: FirstNonfinite, birth: dict, category: str) -> str:
             "loaded or computed"
         )
     if forward_op in _LOG_OPS:
-        rewritten = code and guard_call_argument(code, _LOG_OPS, f"clamp_min({EPS})")
         return _with_rewrite(
             rewritten,
             "keep the argument of log positive: `torch.log(p.clamp_min(1e-12))`, or compute the "
             "loss from logits (`F.log_softmax`, `F.cross_entropy`, `F.binary_cross_entropy_with_logits`)",
         )
     if forward_op in {"sqrt", "rsqrt"}:
-        rewritten = code and guard_call_argument(code, {"sqrt", "rsqrt"}, f"clamp_min({EPS})")
         return _with_rewrite(
             rewritten,
             "keep the argument of sqrt strictly positive so its gradient stays finite: "
             "`torch.sqrt(x.clamp_min(1e-12))` (or `torch.sqrt(x + 1e-12)`)",
         )
     if forward_op in {"div", "reciprocal", "true_divide"}:
-        rewritten = code and guard_denominator(code)
         return _with_rewrite(
             rewritten,
-            "guard the denominator: `a / b.clamp_min(1e-12)` (or `F.normalize` for norms)",
+            "guard the denominator: `a / b.clamp_min(1e-12)` for a norm or a count, "
+            "`torch.where(b.abs() < 1e-12, 1e-12, b)` for one that may be negative "
+            "(or `F.normalize` for norms)",
         )
     if forward_op in {"exp", "expm1", "sinh", "cosh", "exp2"}:
-        return (
+        return _with_rewrite(
+            rewritten,
             "keep the exponent in range: work in log space (`torch.logsumexp`, `F.softplus`, "
-            "`F.log_softmax`) or clamp the input (`x.clamp(max=80)`)"
+            "`F.log_softmax`) or clamp the input (`x.clamp(max=80.0)`)",
         )
+    if rewritten:
+        return _with_rewrite(rewritten, f"keep the input of {forward_op} inside its domain")
     if category == "precision":
         return "run this op in float32 (outside autocast / `.float()` on its inputs) or rescale its inputs"
     if category == "learning_rate":
@@ -311,9 +350,8 @@ def _with_rewrite(rewritten: str | None, general: str) -> str:
     return f"`{rewritten}` - {general}" if rewritten else general
 
 
-def _forward_op(explanation: str) -> str:
-    """The forward op named in a backward explanation: 'in the backward of aten.sqrt.default'."""
-    marker = "in the backward of "
-    if marker in explanation:
-        return op_base(explanation.split(marker, 1)[1].split(" ", 1)[0])
-    return ""
+def _op_to_fix(first: FirstNonfinite) -> str:
+    """The op whose formula a fix edits: for a backward op, the forward op it differentiates."""
+    if first.phase == "backward":
+        return first.forward_op or ""
+    return op_base(first.op)

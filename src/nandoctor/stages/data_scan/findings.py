@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import tokenize
 
-from nandoctor.fixes import guard_denominator
+from nandoctor.fixes import guard_for, guard_remedy, guarded_line
 from nandoctor.report.model import Finding, Location
 
 NAME = "data_scan"
@@ -81,6 +81,7 @@ def nonfinite_finding(watch, batches: list[dict]) -> Finding | None:
         location=_data_location(origin, watch.nonfinite, event),
         severity=_severity(explains, watch.nonfinite),
         remedy=_remedy(origin) if explains else None,
+        code="DA201",
     )
 
 
@@ -90,7 +91,9 @@ def _remedy(origin: dict | None) -> dict:
     if origin is not None and origin.get("value_kind") == "torch":
         where = origin["location"]
         if "/" in _without_comment(where.get("code") or ""):
-            return {"kind": "guard_op", "op": "div", "file": where["file"], "line": where["line"]}
+            return guard_remedy(
+                "div", guard_for("div"), where["file"], where["line"], where.get("code")
+            )
     return {"kind": "sanitize_inputs"}
 
 
@@ -163,7 +166,7 @@ def _nonfinite_fix(origin: dict | None, leaf: dict, dataset_at: list[int]) -> st
     if origin is not None:
         where = Location.from_dict(origin["location"])
         code = _without_comment(where.code or "")
-        rewritten = guard_denominator(code) if "/" in code else None
+        rewritten = guarded_line(code, "div", guard_for("div")) if "/" in code else None
         if rewritten:
             return (
                 f"`{rewritten}` - guard the division in {where.function} ({where.short()}): it "
@@ -211,6 +214,7 @@ def target_findings(watch, targets: list[dict]) -> list[Finding]:
                 "or sum the loss and divide by `max(count, 1)`",
                 location=Location.from_dict(first.get("location")),
                 severity="error" if watch.nonfinite is not None else "warning",
+                code="DA202",
             )
         )
     return findings
@@ -244,6 +248,7 @@ def _out_of_range_finding(watch, outside: list[dict]) -> Finding:
         f"`y - 1`), give the model {max(classes, (first['max'] or 0) + 1)} outputs, or mark "
         f"unlabelled samples with ignore_index={ignore}",
         location=Location.from_dict(first.get("location")),
+        code="DA203",
     )
 
 
@@ -270,6 +275,7 @@ def magnitude_finding(batches: list[dict], threshold: float, failed: bool) -> Fi
         "training set (and scale regression targets the same way)",
         location=Location.from_dict(event.get("location")),
         severity="warning" if failed else "hint",
+        code="DA204",
     )
 
 
@@ -301,6 +307,7 @@ def constant_finding(batches: list[dict]) -> Finding | None:
         "max, sum or std",
         location=Location.from_dict(event.get("location")),
         severity="hint",
+        code="DA205",
     )
 
 

@@ -47,6 +47,7 @@ def findings_from(first: dict | None, run_comparison: dict | None, run_went_bad:
                 evidence=(run_comparison["verdict"],),
                 fix="compare the failing step op by op (`nandoctor compare-devices --reference "
                 "cpu`) and run the op that differs on the CPU or in float32 meanwhile",
+                code="DV402",
             )
         )
     return findings
@@ -86,6 +87,7 @@ def _op_finding(record: dict, run_went_bad: bool) -> Finding | None:
         fix=_fix(record, category),
         location=location,
         severity=severity,
+        code="PR401" if category == "precision" else "DV401",
     )
 
 

@@ -79,6 +79,7 @@ def scale_finding(check: ModelCheck) -> Finding | None:
         location=location,
         severity=severity,
         remedy=_reinitialize([layer for layer, _ in flagged], location),
+        code="IN301",
     )
 
 
@@ -135,7 +136,7 @@ def _scale_fix(check: ModelCheck, names: list[str], ratios: list[float], locatio
 
 
 # ---- single-layer checks ----------------------------------------------------------------------
-def _finding(title, evidence, fix, severity, weights=()) -> Finding:
+def _finding(code, title, evidence, fix, severity, weights=()) -> Finding:
     return Finding(
         stage=NAME,
         category="initialization",
@@ -145,6 +146,7 @@ def _finding(title, evidence, fix, severity, weights=()) -> Finding:
         fix=fix,
         location=most_common_write(list(weights)),
         severity=severity,
+        code=code,
     )
 
 
@@ -153,6 +155,7 @@ def _nonfinite_weights(check: ModelCheck) -> Finding | None:
     if not bad:
         return None
     return _finding(
+        "IN302",
         f"non-finite weights before training: {names_of([w['param'] for w in bad])}",
         [f"{w['param']} {tuple(w['shape'])} holds NaN/Inf at the first forward" for w in bad[:8]],
         "re-initialize these weights; check the checkpoint or init code that set them",
@@ -173,6 +176,7 @@ def _bias_finding(check: ModelCheck) -> Finding | None:
     if not big:
         return None
     return _finding(
+        "IN303",
         f"biases of {names_of([layer['name'] for layer, _, _ in big])} dwarf their weights' output",
         [
             f"{layer['name']}: bias RMS {bias:.3g} against the weights' output scale "
@@ -193,6 +197,7 @@ def _embedding_finding(check: ModelCheck) -> Finding | None:
     if not big:
         return None
     return _finding(
+        "IN304",
         f"embeddings {names_of([w['param'] for w in big])} are large",
         [f"{w['param']}: RMS {w['rms']:.3g} (the default N(0, 1) gives 1)" for w in big],
         "initialize embeddings with `nn.init.normal_(w, std=0.02)` or keep the default N(0, 1)",
@@ -214,6 +219,7 @@ def _recurrent_finding(check: ModelCheck) -> Finding | None:
     if not hits:
         return None
     return _finding(
+        "IN305",
         f"recurrent weights of {names_of([layer['name'] for layer, _ in hits])} amplify the state",
         [
             f"{record['param']} ({layer['mode']}): largest singular value "
@@ -233,6 +239,7 @@ def _norm_finding(check: ModelCheck) -> Finding | None:
     ]
     if bad_var:
         return _finding(
+            "IN306",
             f"running variance of {names_of([layer['name'] for layer in bad_var])} is not positive",
             [
                 f"{layer['name']}: smallest running_var {layer['running_var_min']}"
@@ -249,6 +256,7 @@ def _norm_finding(check: ModelCheck) -> Finding | None:
     if not big:
         return None
     return _finding(
+        "IN306",
         f"norm scales of {names_of([layer['name'] for layer in big])} are large",
         [
             f"{layer['name']}: RMS of the scale {layer['gamma_rms']:.3g} (default 1)"
@@ -267,6 +275,7 @@ def _loss_finding(check: ModelCheck, level: str) -> Finding:
             f"its input (the logits) has RMS {logits['rms']:.3g}, largest {logits['absmax']:.3g}"
         )
     return _finding(
+        "IN307",
         f"the starting loss {loss['value']:.4g} is far above ln C = {loss['expected']:.3g}",
         evidence,
         "start from small logits: keep the default init of the last layer, or scale it down "

@@ -8,13 +8,20 @@ from nandoctor.report.model import Finding, Location
 from nandoctor.stages.lr_sweep.search import CLIP, RunRecord, Search, same
 
 NAME = "lr_sweep"
-LEARNING_RATE, INSENSITIVE, NONE_STABLE, NOT_IMPLICATED, PAST_SAVING = (
+LEARNING_RATE, INSENSITIVE, NONE_STABLE, NOT_IMPLICATED = (
     "learning_rate",
     "lr_insensitive",
     "no_stable_multiplier",
     "not_implicated",
-    "past_saving_at_the_rewind_point",
 )
+
+
+def past_saving_reason(search: Search) -> str:
+    smallest = search.result_at(search.grid[-1])
+    return (
+        f"even ×{label(search.grid[-1])} failed no later than ×1 (steps "
+        f"{smallest.verdict.failure_step} and {search.baseline.verdict.failure_step})"
+    )
 
 
 def label(multiplier: float) -> str:
@@ -76,8 +83,6 @@ def run_row(record: RunRecord) -> dict:
 
 
 def conclusion_of(search: Search) -> str:
-    if search.past_saving():
-        return PAST_SAVING
     if search.lr_insensitive():
         return INSENSITIVE
     if search.recommended is None:
@@ -156,13 +161,6 @@ def summary(search: Search, horizon: int) -> str:
     base = search.baseline.verdict
     conclusion = conclusion_of(search)
     smallest = label(search.grid[-1])
-    if conclusion == PAST_SAVING:
-        low = search.result_at(search.grid[-1]).verdict
-        return (
-            f"not judged: from the rewind point even ×{smallest} fails, no later than ×1 "
-            f"(steps {low.failure_step} and {base.failure_step}); what broke the run happened "
-            "before the point, so a smaller learning rate from there says nothing about it"
-        )
     if conclusion == INSENSITIVE:
         low = search.result_at(search.grid[-1]).verdict
         since = search.baseline.first_step
@@ -236,6 +234,7 @@ def _learning_rate_finding(search: Search) -> Finding:
         fix=fix_text(search, optimizers, schedulers),
         location=lr_location(optimizers, schedulers),
         verified_fix=search.verified,
+        code="LR501",
     )
 
 
@@ -319,4 +318,5 @@ def _clip_finding(search: Search, clip: RunRecord) -> Finding:
         ),
         location=None,
         verified_fix=True,
+        code="EG501",
     )

@@ -14,7 +14,6 @@ from nandoctor.stages.lr_sweep.conclusions import (
     LEARNING_RATE,
     NONE_STABLE,
     NOT_IMPLICATED,
-    PAST_SAVING,
     label,
 )
 
@@ -106,10 +105,6 @@ def _answer(details: dict) -> list[Text]:
         lines.append(Text(text, style="yellow"))
     elif conclusion == NONE_STABLE:
         lines.append(Text("no multiplier in the sweep trained stably", style="yellow"))
-    elif conclusion == PAST_SAVING:
-        text = ("not judged: the run was past saving at the rewind point (even the smallest "
-                "multiplier failed as early as x1)")  # fmt: skip
-        lines.append(Text(text, style="yellow"))
     stopped = details.get("stopped_early") or []
     if stopped:
         names = ", ".join(f"×{label(s['multiplier'])}" for s in stopped)

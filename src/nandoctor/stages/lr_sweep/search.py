@@ -198,9 +198,10 @@ class Search:
 
     def past_saving(self) -> bool:
         """From a rewind point in the second half of the run: the smallest multiplier failed no
-        later than x1. Its updates after the point barely move the weights, so the failure was
-        set before the point. From a point in the first half, most of the updates before the
-        failure were varied: the same result says the rate does not matter (`lr_insensitive`)."""
+        later than x1. Either the failure was set before the point (its updates after it barely
+        move the weights) or the rate does not matter at all; only candidates from step 0 can
+        tell which (sweep.run starts them). From a point in the first half, most of the updates
+        before the failure were varied: the same result says the rate does not matter."""
         step, base = self._smallest_failed_alike(), self.baseline.verdict.failure_step
         if step is None or base is None or not base / 2 < self.baseline.first_step:
             return False

@@ -51,7 +51,7 @@ def skip_reason(watch: RunOutcome, timeout_s: float) -> str | None:
         birth = event.get("birth") or {}
         step = birth.get("step", event.get("step"))
         phase = birth.get("phase", event.get("phase"))
-        into_parameter = str(event.get("reached", "")).startswith("parameter")
+        into_parameter = event.get("target") == "parameter"
         if step == 0 and phase != "optimizer" and not into_parameter:
             return (
                 f"the first NaN/Inf appeared at step 0 in the {phase} phase{_where(birth)}, "
@@ -234,6 +234,39 @@ def run(context: StageContext) -> StageOutcome:
     start = _before_the_onset(sweep_start(context),
                               record_from(watched, context.watch, settings, max(len(context.watch.steps), 1)),
                               settings)  # fmt: skip
+    swept = _sweep_from(context, start)
+    if isinstance(swept, StageOutcome):
+        return swept
+    search, plan = swept
+    if start.point and search.past_saving():
+        # From the point even the smallest rate failed no later than x1: either the run was
+        # doomed before the point, or the rate does not matter at all (a schedule, a
+        # temperature). Which one only a sweep from step 0 can tell; the verdict must not
+        # depend on where a point happened to fall.
+        ruled = conclusions.past_saving_reason(search)
+        start = Start(None, f"from step 0: from the rewind point at step {start.step} {ruled}")
+        swept = _sweep_from(context, start)
+        if isinstance(swept, StageOutcome):
+            return swept
+        search, plan = swept
+    summary = conclusions.summary(search, plan.horizon)
+    details = conclusions.details(search, plan.horizon, plan.jobs)
+    details["from_step"] = start.step
+    if start.point:
+        failed_at = context.watch.failed_step
+        summary = (f"candidates resumed from the rewind point at step {start.step}, "
+                   f"{failed_at - start.step} steps before the failure, each run for up to "
+                   f"{plan.horizon} steps from there: {summary}")  # fmt: skip
+    elif start.why.startswith("from step 0: from the rewind point"):
+        summary = f"candidates started {start.why}: {summary}"
+    return StageOutcome(StageResult("ran", summary, details=details), conclusions.findings(search))
+
+
+def _sweep_from(context: StageContext, start: Start) -> tuple[Search, Plan] | StageOutcome:
+    """The search run with every candidate starting at `start`, or the stage's outcome when
+    there is nothing to sweep from there."""
+    settings = context.config.lr_sweep
+    watched = Planned(1.0, "watched")
     steps = len(context.watch.steps) - start.step
     baseline = record_from(watched, context.watch, settings, max(steps, 1), first_step=start.step)
     if baseline.verdict.verdict == "stable":
@@ -250,15 +283,7 @@ def run(context: StageContext) -> StageOutcome:
     plan = choose_plan(context, baseline, start)
     search = Search(settings, baseline, plan.horizon_capped, context.watch.first("recurrent"))
     run_search(context, search, plan)
-    summary = conclusions.summary(search, plan.horizon)
-    details = conclusions.details(search, plan.horizon, plan.jobs)
-    details["from_step"] = start.step
-    if start.point:
-        failed_at = context.watch.failed_step
-        summary = (f"candidates resumed from the rewind point at step {start.step}, "
-                   f"{failed_at - start.step} steps before the failure, each run for up to "
-                   f"{plan.horizon} steps from there: {summary}")  # fmt: skip
-    return StageOutcome(StageResult("ran", summary, details=details), conclusions.findings(search))
+    return search, plan
 
 
 def run_search(context: StageContext, search: Search, plan: Plan) -> None:

@@ -1,0 +1,327 @@
+"""The findings nandoctor can make, one stable code each (as pylint's and ruff's message ids).
+
+A code names one claim and the positive evidence it stands on; it never changes meaning. The
+report carries it with every finding and cause, `nandoctor explain CODE` prints its entry, and
+`benchmarks/confidence_table.py` measures how often each was right on the labelled corpus's dev
+split (`confidence.json`, read by `measured_confidence`). The first two letters name the
+category, the first digit the stage that makes it: 1 the watched run's first NaN/Inf
+(anomaly), 2 the data scan, 3 the init check, 4 the device/precision comparison, 5 the
+learning-rate sweep, 6 the diagnosis's own reasoning across stages.
+
+Each code lists fixture scripts (under tests/scripts) whose report must contain it:
+tests/test_codes.py runs them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+PREFIXES = {
+    "DA": "data",
+    "LR": "learning_rate",
+    "IN": "initialization",
+    "IO": "invalid_operation",
+    "EG": "exploding_gradients",
+    "PR": "precision",
+    "DV": "device",
+    "OC": "optimizer_config",
+}
+# How many dev-split observations the prior (the hand-set confidence of the finding) is worth:
+# a code seen twice moves a little towards its record, a code seen twenty times mostly is it.
+PRIOR_WEIGHT = 4.0
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    stage: str
+    claim: str  # one line: what the finding says about the run
+    evidence: str  # the positive evidence it needs before it is made
+    fixtures: tuple[str, ...] = ()  # tests/scripts whose report must contain this code
+    profile: str = "quick"  # the cheapest profile whose stages make it
+
+    @property
+    def category(self) -> str:
+        return PREFIXES[self.code[:2]]
+
+
+_CODES = (
+    # ---- the watched run's first NaN/Inf (stages/anomaly.py) -----------------------------------
+    Code(
+        "DA101",
+        "anomaly",
+        "non-finite values entered torch from outside its ops (data, numpy, a file)",
+        "the op that first held NaN/Inf received it in its inputs (or made a tensor from a Python or "
+        "numpy value) before any parameter was involved",
+        ("data_nan_rows_loader.py",),
+    ),
+    Code(
+        "OC101",
+        "anomaly",
+        "the optimizer's update divides by zero",
+        "the first NaN/Inf is born inside optimizer.step() in a division whose denominator holds "
+        "exact zeros (Adam's sqrt(v) + eps with eps = 0)",
+        ("adam_eps_zero.py",),
+    ),
+    Code(
+        "LR101",
+        "anomaly",
+        "the optimizer's update overflowed",
+        "the first non-finite value is born inside optimizer.step() from finite inputs, by "
+        "overflow rather than a division by zero",
+    ),
+    Code(
+        "PR101",
+        "anomaly",
+        "an op overflowed the reduced-precision dtype it computed in",
+        "the op that made the first Inf computed in float16 or bfloat16 and its result exceeded "
+        "that dtype's largest value",
+        ("autocast_fp16_overflow.py",),
+    ),
+    Code(
+        "EG101",
+        "anomaly",
+        "gradients overflow in backward although the forward pass was finite",
+        "the first Inf is born in a backward op from finite inputs, by overflow",
+    ),
+    Code(
+        "IO101",
+        "anomaly",
+        "an op overflows in a branch the forward discards, but its gradient does not",
+        "a forward op overflowed, the loss stayed finite (torch.where / masked_fill dropped it), "
+        "and the NaN reached a gradient",
+    ),
+    Code(
+        "IO102",
+        "anomaly",
+        "an op overflows float32 before any update",
+        "float32 (not a reduced precision) overflowed at step 0, before the learning rate acted",
+        ("exp_overflow.py",),
+    ),
+    Code(
+        "IO103",
+        "anomaly",
+        "an op overflows float32 at a step that does not depend on the learning rate",
+        "the learning-rate sweep showed a much smaller rate failing at about the same step",
+        ("contrastive_temperature_annealed.py",),
+        "standard",
+    ),
+    Code(
+        "LR102",
+        "anomaly",
+        "values grew over the steps until an op overflowed",
+        "a float32 op overflowed after some updates; the rate has not been ruled out",
+        ("hand_sgd_diverges.py",),
+    ),
+    Code(
+        "IO104",
+        "anomaly",
+        "the gradient of an op is not finite at its input",
+        "the first NaN/Inf is born in the backward of a forward op whose derivative is infinite "
+        "or undefined at its input (sqrt(0), a norm of a zero vector, acos(1))",
+        ("sqrt_backward.py",),
+    ),
+    Code(
+        "IO105",
+        "anomaly",
+        "an op received inputs outside its domain",
+        "the op that made the first NaN/Inf in the forward pass received inputs outside its "
+        "domain (log of 0, 0/0, a fractional power of a negative base)",
+        ("bare_tensor_log_zero.py", "div_zero_norm_module.py"),
+    ),
+    Code(
+        "DV102",
+        "anomaly",
+        "the NaN/Inf appears only in the torch.compile'd run",
+        "the same script run eagerly (torch.compile disabled, same seed) stays finite through "
+        "the failing step",
+        ("compiled_only_softmax.py",),
+        "standard",
+    ),
+    Code(
+        "IN101",
+        "anomaly",
+        "parameters hold NaN/Inf that no op of the run made",
+        "the first NaN/Inf reached an op through a parameter (an nn.Parameter) that was already "
+        "non-finite: loaded from a checkpoint, `torch.empty` never filled, written under no_grad",
+        ("init_nonfinite_weight.py",),
+    ),
+    # ---- the data scan (stages/data_scan) ------------------------------------------------------
+    Code(
+        "DA201",
+        "data_scan",
+        "batches the model consumed hold NaN/Inf",
+        "NaN/Inf counted in the batch tensors the script fed to the model, traced back to the "
+        "samples (and the line) that made them",
+        ("data_nan_rows_loader.py",),
+    ),
+    Code(
+        "DA202",
+        "data_scan",
+        "every target of a batch equals ignore_index: a mean over no targets",
+        "a loss called with reduction='mean' whose targets all equal its ignore_index",
+        ("data_all_ignored_batch.py",),
+    ),
+    Code(
+        "DA203",
+        "data_scan",
+        "class targets outside [0, C)",
+        "targets of a classification loss outside the number of classes of its input",
+        ("data_label_out_of_range.py",),
+    ),
+    Code(
+        "DA204",
+        "data_scan",
+        "inputs far from unit scale",
+        "batch values whose magnitude exceeds the data scan's threshold",
+        ("precision_half_overflow.py",),
+    ),
+    Code(
+        "DA205",
+        "data_scan",
+        "some samples are constant (blank images, empty masks)",
+        "samples of a floating batch tensor with a single value throughout",
+    ),
+    # ---- the init check (stages/init_check) ----------------------------------------------------
+    Code(
+        "IN301",
+        "init_check",
+        "weights far outside the scale their layer needs",
+        "weights whose gain (output RMS over input RMS) or spread is orders of magnitude off "
+        "the layer's default initialisation, measured at the first forward pass",
+        ("init_uniform_deep_mlp.py",),
+    ),
+    Code(
+        "IN302",
+        "init_check",
+        "non-finite weights before training",
+        "parameters that hold NaN/Inf at the first forward pass",
+        ("init_nonfinite_weight.py",),
+    ),
+    Code(
+        "IN303",
+        "init_check",
+        "biases far larger than their layer's weights",
+        "bias RMS above the configured ratio to the weights' scale",
+        ("init_scaled_parts.py",),
+    ),
+    Code(
+        "IN304",
+        "init_check",
+        "embedding rows far from unit scale",
+        "embedding weights whose RMS is far above the default N(0, 1)",
+        ("init_scaled_parts.py",),
+    ),
+    Code(
+        "IN305",
+        "init_check",
+        "a recurrent weight whose spectral radius makes the recurrence explode",
+        "the recurrent weight's largest singular value, measured at the first forward pass",
+        ("init_scaled_parts.py",),
+    ),
+    Code(
+        "IN306",
+        "init_check",
+        "normalisation statistics or scales out of range",
+        "a running variance that is not positive, or norm scales far above 1",
+    ),
+    Code(
+        "IN307",
+        "init_check",
+        "the starting loss is far above what an untrained model gives",
+        "the first cross-entropy far above ln C, with the logits' scale as evidence",
+    ),
+    # ---- the device / precision comparison (stages/device_compare) -----------------------------
+    Code(
+        "PR401",
+        "device_compare",
+        "reduced precision: the float64 reference stays finite where the run does not",
+        "float16/bfloat16/TF32 in use on the failing chain, and the same op computed in float64 "
+        "on the same inputs stays finite or within tolerance",
+    ),
+    Code(
+        "DV401",
+        "device_compare",
+        "two backends disagree on the same op at the same precision",
+        "the accelerator's result of an op differs from the CPU's beyond tolerance, or is "
+        "non-finite where the CPU's is not",
+    ),
+    Code(
+        "DV402",
+        "device_compare",
+        "the run goes non-finite on the accelerator but not on the CPU",
+        "the whole run compared: the accelerator run fails, the CPU run does not, and no single "
+        "op was isolated",
+    ),
+    # ---- the learning-rate sweep (stages/lr_sweep) ---------------------------------------------
+    Code(
+        "LR501",
+        "lr_sweep",
+        "the learning rate is too high",
+        "the run fails at x1 and trains (loss still falling) over at least the same horizon at "
+        "a smaller multiplier",
+        ("lr_diverging_sgd.py",),
+        "standard",
+    ),
+    Code(
+        "EG501",
+        "lr_sweep",
+        "gradient spikes: the run trains once gradients are clipped",
+        "the run at the original (or the stable) learning rate with gradients clipped at a "
+        "value taken from the run's healthy gradient norms trains over the whole horizon",
+    ),
+    # ---- the diagnosis across stages (ranking.py, optimizer_settings.py) -----------------------
+    Code(
+        "EG601",
+        "diagnosis",
+        "the loss is multiplied by a large constant before backward()",
+        "backward() called on the loss times a constant >= 1e3 with no GradScaler",
+        ("scaled_loss_no_scaler.py",),
+    ),
+    Code(
+        "LR601",
+        "diagnosis",
+        "the run diverged before it produced NaN/Inf",
+        "the loss grew by an order of magnitude (or the gradient norm by 100x) before the "
+        "failure, and the learning rate was not ruled out",
+    ),
+    Code(
+        "LR602",
+        "diagnosis",
+        "the learning rate is far outside any sensible range",
+        "an optimizer built with a learning rate no training uses (lr >= 10 for Adam-family "
+        "optimizers, say): a typo in an exponent",
+        ("lr_typo_adam.py",),
+    ),
+    Code(
+        "OC602",
+        "diagnosis",
+        "optimizer settings far outside any sensible range",
+        "an optimizer built with weight decay, momentum, betas or eps outside their ranges",
+        ("adamw_decay_typo.py",),
+    ),
+)
+CODES: dict[str, Code] = {entry.code: entry for entry in _CODES}
+
+
+@cache
+def _table() -> dict:
+    text = resources.files("nandoctor").joinpath("confidence.json").read_text(encoding="utf-8")
+    return json.loads(text)["codes"]
+
+
+def record(code: str) -> dict | None:
+    """The dev split's record of `code`: {"right": r, "seen": n}, or None when never seen."""
+    return _table().get(code)
+
+
+def measured_confidence(code: str, prior: float) -> float:
+    """`prior` (the finding's own, hand-set strength) moved towards how often the code was
+    right on the dev split: (right + w * prior) / (seen + w), w = PRIOR_WEIGHT."""
+    seen = record(code)
+    if not seen or not seen["seen"]:
+        return prior
+    return (seen["right"] + PRIOR_WEIGHT * prior) / (seen["seen"] + PRIOR_WEIGHT)

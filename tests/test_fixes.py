@@ -1,0 +1,90 @@
+"""The fix shown is the fix verified: the line the report tells the user to paste computes what
+the guarded re-run computes (no child processes: the guard runs in this process)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from nandoctor.fixes import GUARDS, guard_for, guarded_line
+from nandoctor.instrument.remedies import OpGuard
+
+
+@pytest.mark.parametrize(
+    ("line", "op", "guard", "expected"),
+    [
+        ("return self.scale * x / rms", "div", "positive",
+         "return self.scale * x / rms.clamp_min(1e-12)"),
+        # every call of the op on the line: the re-run guards them all
+        ("kl = (p * (torch.log(p) - torch.log(q))).sum()", "log", "positive",
+         "kl = (p * (torch.log(p.clamp_min(1e-12)) - torch.log(q.clamp_min(1e-12)))).sum()"),
+        ("z = torch.div(a, b - c)", "div", "away_from_zero",
+         "z = torch.div(a, torch.where((b - c).abs() < 1e-12, 1e-12, (b - c)))"),
+        ("if torch.log(x).mean() > 0:", "log", "positive",
+         "if torch.log(x.clamp_min(1e-12)).mean() > 0:"),
+        ("y = x ** 0.5", "pow", "positive", "y = x.clamp_min(1e-12) ** 0.5"),
+        ("out = torch.exp(s * t)", "exp", "exp_range", "out = torch.exp((s * t).clamp(max=80.0))"),
+    ],
+)  # fmt: skip
+def test_the_line_is_rewritten_with_the_guard(line, op, guard, expected):
+    assert guarded_line(line, op, guard) == expected
+
+
+def test_the_guard_follows_the_operand():
+    assert guard_for("div") == "positive"
+    assert guard_for("div", signed=True) == "away_from_zero"
+    assert guard_for("exp", dtype="float16") == "exp_range_half"
+    assert guard_for("acos") == "inside_unit"
+
+
+_LINES = {
+    "log": "out = (p * (torch.log(p) - torch.log(q))).sum() + (1 - p).log().sum()",
+    "div": "out = a / (b - c) + torch.div(a, b)",
+    "sqrt": "out = torch.sqrt(((a - b) ** 2).sum(-1))",
+    "acos": "out = torch.acos(cosine)",
+    "exp": "out = torch.exp(a * 100.0)",
+}
+
+
+def _compute(tmp_path, name: str, line: str, values: dict, guard: OpGuard | None = None):
+    path = tmp_path / f"{name}.py"
+    path.write_text(
+        f"import torch\n\n\ndef compute({', '.join(values)}):\n    {line}\n    return out\n"
+    )
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if guard is None:
+        return module.compute(**values), path
+    with guard:
+        return module.compute(**values), path
+
+
+@pytest.mark.parametrize("op", sorted(_LINES))
+@pytest.mark.parametrize("signed", [False, True])
+def test_the_shown_line_computes_what_the_guarded_rerun_computes(tmp_path, op, signed):
+    g = torch.Generator().manual_seed(0)
+    values = {n: torch.rand(4, 3, generator=g) for n in ("p", "q", "a", "b", "c", "cosine")}
+    values["p"][0, 0] = values["q"][1, 1] = 0.0  # log(0)
+    values["b"][0] = values["c"][0]  # 0 / 0 and a zero distance
+    values["cosine"][0, 0] = 1.0 + 1e-7
+    if signed:
+        values = {n: v - 0.5 for n, v in values.items()}
+    guard = guard_for(op, signed=signed)
+    line = _LINES[op]
+    values = {n: v for n, v in values.items() if n in line}
+    shown = guarded_line(line, op, guard)
+    expected, _ = _compute(tmp_path, "shown", shown, values)
+    original = tmp_path / "original.py"
+    rerun = OpGuard(op, str(original), 5, guard)
+    got, _ = _compute(tmp_path, "original", line, values, rerun)
+    assert rerun.applied > 0
+    torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+def test_every_guard_is_valid_python_on_a_tensor():
+    x = torch.tensor([-2.0, 0.0, 0.5, 3.0])
+    for source in GUARDS.values():
+        assert eval(source.format(x="x"), {"torch": torch, "x": x}).shape == x.shape
