@@ -82,6 +82,14 @@ _CODES = (
         ("autocast_fp16_overflow.py",),
     ),
     Code(
+        "PR102",
+        "anomaly",
+        "the optimizer's eps rounds to zero in the parameters' reduced precision",
+        "the optimizer's update divides by zero in float16/bfloat16 although its configured eps "
+        "is positive (1e-8 is 0 in float16)",
+        ("precision_adam_eps_fp16.py",),
+    ),
+    Code(
         "EG101",
         "anomaly",
         "gradients overflow in backward although the forward pass was finite",

@@ -12,8 +12,8 @@ optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 criterion = nn.CrossEntropyLoss(ignore_index=-100)
 for epoch in range(2):
     for start in range(0, 96, 16):
-        logits = model(tokens[start:start + 16])
-        loss = criterion(logits.reshape(-1, 5), labels[start:start + 16].reshape(-1))
+        logits = model(tokens[start : start + 16])
+        loss = criterion(logits.reshape(-1, 5), labels[start : start + 16].reshape(-1))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

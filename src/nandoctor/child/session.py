@@ -80,6 +80,9 @@ class WatchSession:
         self._compile_noted = False
         self._loss_scale_noted = False
         self._in_optimizer = False
+        # A closure passed to optimizer.step(closure) (LBFGS, Lightning) is running its forward
+        # and backward: those ops are the model's, not the optimizer's update.
+        self._closure_running = False
         self._in_dataloader = False
         self._in_backward = False
         self._forward_this_step = False
@@ -108,7 +111,7 @@ class WatchSession:
 
     @property
     def phase(self) -> str:
-        if self._in_optimizer:
+        if self._in_optimizer and not self._closure_running and not self._in_backward:
             return "optimizer"
         if self._in_dataloader:
             return "data"
@@ -202,6 +205,8 @@ class WatchSession:
     # ---- hooks ------------------------------------------------------------------------------
     def _root_forward(self, module, args) -> None:
         self._forward_this_step = True
+        if self._in_optimizer:
+            self._closure_running = True
         self._note_precision(module)
 
     def _recurrent_module(self, module, name: str, chain: int) -> None:
@@ -346,6 +351,7 @@ class WatchSession:
                 self._check_grads()  # gradients found non-finite here count as backward's
         finally:
             self._in_backward = False
+            self._closure_running = False  # what follows in step() is the update
             self._backward_leaves = []
         if self._updates_by_hand and not self.stopping:
             self._finish_step([])  # the learning rate lives in the script's own code
@@ -370,6 +376,7 @@ class WatchSession:
             ):
                 self._report(bad, "parameter", f"parameter {self._name(bad)}", bad)
         self._in_optimizer = False
+        self._closure_running = False
         if self._clock is not None and self._clock() is optimizer:
             self._finish_step([_as_float(group.get("lr")) for group in optimizer.param_groups])
 

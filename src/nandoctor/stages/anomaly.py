@@ -129,7 +129,8 @@ def finding_from(
     that a much smaller rate does not move the failure, so values that grew until an op
     overflowed are not the rate's doing."""
     birth = event.get("birth") or {}
-    code, title, confidence = _categorize(first, birth, rate_ruled_out)
+    eps = (optimizer or {}).get("settings", {}).get("eps")
+    code, title, confidence = _categorize(first, birth, rate_ruled_out, eps)
     category = CODES[code].category
     evidence = [
         f"{first.op} in {first.phase} at step {first.step}"
@@ -205,8 +206,11 @@ def made_the_tensor(first: FirstNonfinite) -> bool:
     return first.op.startswith("torch.") or first.kind == CONVERSION_OVERFLOW
 
 
-def _categorize(first: FirstNonfinite, birth: dict, rate_ruled_out: bool) -> tuple[str, str, float]:
-    """(code, title, confidence) of the claim the first NaN/Inf supports (codes.py)."""
+def _categorize(
+    first: FirstNonfinite, birth: dict, rate_ruled_out: bool, eps: float | None = None
+) -> tuple[str, str, float]:
+    """(code, title, confidence) of the claim the first NaN/Inf supports (codes.py). `eps`:
+    the failing optimizer's configured eps, when it has one."""
     op = op_base(first.op)
     if first.kind == NONFINITE_PARAMETER:
         # Below the init check's finding of the same weights, which knows the line that wrote
@@ -221,6 +225,9 @@ def _categorize(first: FirstNonfinite, birth: dict, rate_ruled_out: bool) -> tup
             0.97 if made_the_tensor(first) else 0.85,
         )
     if first.phase == "optimizer":
+        if first.kind == DIVISION_BY_ZERO and first.dtype in REDUCED_PRECISION and (eps or 0) > 0:
+            # a sane eps (1e-8) that the parameters' dtype cannot hold: it rounds to 0
+            return "PR102", f"the optimizer's eps={eps:g} rounds to 0 in {first.dtype}", 0.85
         if first.kind == DIVISION_BY_ZERO:
             return "OC101", "the optimizer update divides by zero", 0.8
         return "LR101", f"the optimizer update overflowed ({op})", 0.6
@@ -335,6 +342,12 @@ def suggest_fix(first: FirstNonfinite, birth: dict, category: str, remedy: dict 
         )
     if rewritten:
         return _with_rewrite(rewritten, f"keep the input of {forward_op} inside its domain")
+    if category == "precision" and first.phase == "optimizer":
+        return (
+            "keep the parameters and the optimizer's state in float32 and compute in reduced "
+            "precision with `torch.autocast` (plus `torch.amp.GradScaler` for float16), or give "
+            "the optimizer an eps the dtype can hold (`eps=1e-4` in float16)"
+        )
     if category == "precision":
         return "run this op in float32 (outside autocast / `.float()` on its inputs) or rescale its inputs"
     if category == "learning_rate":

@@ -1,0 +1,1 @@
+../../public/word_language_model/model.py
