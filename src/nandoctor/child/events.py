@@ -19,7 +19,7 @@ class EventWriter:
         self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self._pid = os.getpid()
 
-    def emit(self, kind: str, **fields) -> None:
+    def emit(self, kind: str, /, **fields) -> None:
         # DataLoader workers forked from the run inherit this object; only the run itself speaks.
         if os.getpid() != self._pid:
             return

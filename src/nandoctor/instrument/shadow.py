@@ -457,7 +457,7 @@ class ShadowMode(TorchDispatchMode):
         if comparison.only_target:
             record["target_nonfinite"] = count_nonfinite(target).describe()
             why = explain_birth(plan.name, *inputs, target)
-            record["explanation"], record["kind"] = why.text, why.kind
+            record["explanation"], record["birth_kind"] = why.text, why.kind
         return record
 
     def _where(self, node) -> tuple[str, SourceLine | None, str | None, str | None]:
