@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
 import time
 import weakref
@@ -57,7 +56,6 @@ class WatchSession:
         self.started = time.monotonic()
         self._nonfinite_read: tuple | None = None  # (tensor, SourceLine | None): see _scalar_read
         self._numpy_lines: set = set()  # user lines where numpy made NaN/Inf (_numpy_error)
-        self._pid = os.getpid()  # DataLoader workers inherit the hooks: only this process reports
         self.options = options
         self.events = events
         self.step = 0
@@ -165,7 +163,6 @@ class WatchSession:
         (per-op checks, the re-run's probes and remedy) instead of the watched run's."""
         self.options = options
         self.started = time.monotonic()  # the re-run's own time, not the watched run's
-        self._pid = os.getpid()  # the forked re-run reports its own numpy errors
         self.rewind = None
         self.on_batch = []  # the watched run's probes saw the steps before the point
         if options.detect and self.detector is None:
@@ -453,9 +450,10 @@ class WatchSession:
     def _numpy_error(self, kind: str, where) -> None:
         """numpy made NaN/Inf at a user line (instrument/numpy_errors.py): kept, once per line,
         so a data cause can name the line that produced the values, not only where they
-        entered torch."""
+        entered torch. DataLoader workers inherit the callback; the event writer speaks only
+        for this process."""
         key = (where.file, where.line) if where else None
-        if os.getpid() != self._pid or key in self._numpy_lines or len(self._numpy_lines) >= 64:
+        if key in self._numpy_lines or len(self._numpy_lines) >= 64:
             return
         self._numpy_lines.add(key)
         self.events.emit("numpy_error", error=kind, step=self.step,

@@ -297,19 +297,15 @@ class NonfiniteDetector(TorchDispatchMode):
             return self._received_birth(t, counts)
         # A one-element -inf tensor is a mask constant (`torch.tensor(float("-inf"))`), not data.
         constant = t.numel() == 1 and counts.nan == 0
-        if source is None and isinstance(t, torch.nn.Parameter):
-            return self._store(
-                op="parameter", module=self.context.module,
-                location=location or find_user_frame(), phase=self.context.phase,
-                explanation=(
-                    f"a parameter already non-finite when it reached {_reader(func)} "
-                    f"({counts.describe()}): no watched op made it (a checkpoint, `torch.empty` "
-                    "never filled, a write under no_grad)"
-                ),
-                nonfinite=counts.describe(), has_nan=counts.nan > 0, kind=NONFINITE_PARAMETER,
-                inputs_nonfinite=True, **({} if step is None else {"step": step}),
-            )  # fmt: skip
-        if source is not None:
+        # A parameter no watched op made non-finite: written before training, not data.
+        parameter = source is None and isinstance(t, torch.nn.Parameter)
+        if parameter:
+            explanation = (
+                f"a parameter already non-finite when it reached {_reader(func)} "
+                f"({counts.describe()}): no watched op made it (a checkpoint, `torch.empty` "
+                "never filled, a write under no_grad)"
+            )
+        elif source is not None:
             explanation = f"{source} produced a tensor that already holds {counts.describe()}"
         else:
             explanation = (
@@ -318,15 +314,15 @@ class NonfiniteDetector(TorchDispatchMode):
                 f"a Python list, a DataLoader batch)"
             )
         birth = self._store(
-            op=source or (str(func) if func is not None else "input"),
+            op="parameter" if parameter else source or (str(func) if func is not None else "input"),
             module=self.context.module,
             location=location or find_user_frame(),
-            phase="data" if not constant else self.context.phase,
+            phase="data" if not (constant or parameter) else self.context.phase,
             explanation=explanation,
             nonfinite=counts.describe(),
             has_nan=counts.nan > 0,
-            kind=NONFINITE_INPUT,
-            constant=constant,
+            kind=NONFINITE_PARAMETER if parameter else NONFINITE_INPUT,
+            constant=constant and not parameter,
             inputs_nonfinite=True,
             **({} if step is None else {"step": step}),
         )

@@ -15,13 +15,13 @@ from nandoctor.instrument.explain import (
     OVERFLOW_KINDS,
     UNKNOWN,
 )
+from nandoctor.instrument.precision import REDUCED_DTYPES
 from nandoctor.report.model import Finding, FirstNonfinite, Location, StageResult
 from nandoctor.stages import StageContext, StageOutcome
 
 NAME = "anomaly"
 
 _LOG_OPS = {"log", "log2", "log10"}
-REDUCED_PRECISION = ("float16", "bfloat16")
 
 
 def run(context: StageContext) -> StageOutcome:
@@ -129,8 +129,7 @@ def finding_from(
     that a much smaller rate does not move the failure, so values that grew until an op
     overflowed are not the rate's doing."""
     birth = event.get("birth") or {}
-    eps = (optimizer or {}).get("settings", {}).get("eps")
-    code, title, confidence = _categorize(first, birth, rate_ruled_out, eps)
+    code, title, confidence = _categorize(first, birth, rate_ruled_out, _eps_of(optimizer))
     category = CODES[code].category
     evidence = [
         f"{first.op} in {first.phase} at step {first.step}"
@@ -164,14 +163,14 @@ def finding_from(
 
 def propose_remedy(first: FirstNonfinite, birth: dict, category: str, optimizer) -> dict | None:
     """The fix a re-run can apply by itself to verify this finding, if there is one."""
-    eps = (optimizer or {}).get("settings", {}).get("eps")
+    eps = _eps_of(optimizer)
     if category == "optimizer_config" and eps is not None and eps <= 0:
         return {"kind": "optimizer_eps", "eps": 1e-8}
     if category == "initialization":
         return None  # weights written non-finite after construction: no re-init reaches them
     if birth.get("inputs_nonfinite") or made_the_tensor(first):
         return {"kind": "sanitize_inputs"}
-    if category == "precision" and first.dtype in REDUCED_PRECISION:
+    if category == "precision" and first.dtype in REDUCED_DTYPES:
         return {"kind": "float32"}
     if category == "exploding_gradients":
         return {"kind": "clip_gradients", "max_norm": 1.0}
@@ -190,8 +189,13 @@ def _guard_of(first: FirstNonfinite, op: str) -> str:
     return guard_for(op, first.dtype, signed=first.facts.get("negative", 0) > 0)
 
 
+def _eps_of(optimizer: dict | None) -> float | None:
+    """The eps the optimizer was built with, when it has one."""
+    return (optimizer or {}).get("settings", {}).get("eps")
+
+
 def optimizer_fix(optimizer: dict, category: str) -> str | None:
-    eps = optimizer["settings"].get("eps")
+    eps = _eps_of(optimizer)
     if category == "optimizer_config" and eps is not None and eps <= 0:
         return (
             f"give {optimizer['type']} a positive eps: `eps=1e-8` (1e-4 or more in pure float16); "
@@ -225,14 +229,14 @@ def _categorize(
             0.97 if made_the_tensor(first) else 0.85,
         )
     if first.phase == "optimizer":
-        if first.kind == DIVISION_BY_ZERO and first.dtype in REDUCED_PRECISION and (eps or 0) > 0:
+        if first.kind == DIVISION_BY_ZERO and first.dtype in REDUCED_DTYPES and (eps or 0) > 0:
             # a sane eps (1e-8) that the parameters' dtype cannot hold: it rounds to 0
             return "PR102", f"the optimizer's eps={eps:g} rounds to 0 in {first.dtype}", 0.85
         if first.kind == DIVISION_BY_ZERO:
             return "OC101", "the optimizer update divides by zero", 0.8
         return "LR101", f"the optimizer update overflowed ({op})", 0.6
     if first.kind in OVERFLOW_KINDS:
-        if first.dtype in REDUCED_PRECISION:
+        if first.dtype in REDUCED_DTYPES:
             return "PR101", f"{op} overflows its low-precision dtype", 0.8
         if first.phase == "backward":  # the forward pass was finite: the gradients exploded
             forward = first.forward_op or op

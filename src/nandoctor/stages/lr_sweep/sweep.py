@@ -220,6 +220,9 @@ def _scratch(plan: Plan, planned: Planned) -> str:
     return os.path.join(plan.workdir, f"{planned.key}.scratch")
 
 
+_WATCHED = Planned(1.0, "watched")  # the watched run, as the sweep's x1
+
+
 def run(context: StageContext) -> StageOutcome:
     settings = context.config.lr_sweep
     reason = skip_reason(context.watch, context.config.watch.timeout_s)
@@ -230,15 +233,15 @@ def run(context: StageContext) -> StageOutcome:
         )
     if reason:
         return StageOutcome(StageResult("skipped", reason))
-    watched = Planned(1.0, "watched")
     start = _before_the_onset(sweep_start(context),
-                              record_from(watched, context.watch, settings, max(len(context.watch.steps), 1)),
+                              record_from(_WATCHED, context.watch, settings, max(len(context.watch.steps), 1)),
                               settings)  # fmt: skip
     swept = _sweep_from(context, start)
     if isinstance(swept, StageOutcome):
         return swept
     search, plan = swept
-    if start.point and search.past_saving():
+    asked_again = start.point is not None and search.past_saving()
+    if asked_again:
         # From the point even the smallest rate failed no later than x1: either the run was
         # doomed before the point, or the rate does not matter at all (a schedule, a
         # temperature). Which one only a sweep from step 0 can tell; the verdict must not
@@ -257,7 +260,7 @@ def run(context: StageContext) -> StageOutcome:
         summary = (f"candidates resumed from the rewind point at step {start.step}, "
                    f"{failed_at - start.step} steps before the failure, each run for up to "
                    f"{plan.horizon} steps from there: {summary}")  # fmt: skip
-    elif start.why.startswith("from step 0: from the rewind point"):
+    elif asked_again:
         summary = f"candidates started {start.why}: {summary}"
     return StageOutcome(StageResult("ran", summary, details=details), conclusions.findings(search))
 
@@ -266,9 +269,8 @@ def _sweep_from(context: StageContext, start: Start) -> tuple[Search, Plan] | St
     """The search run with every candidate starting at `start`, or the stage's outcome when
     there is nothing to sweep from there."""
     settings = context.config.lr_sweep
-    watched = Planned(1.0, "watched")
     steps = len(context.watch.steps) - start.step
-    baseline = record_from(watched, context.watch, settings, max(steps, 1), first_step=start.step)
+    baseline = record_from(_WATCHED, context.watch, settings, max(steps, 1), first_step=start.step)
     if baseline.verdict.verdict == "stable":
         details = {
             "recommended_lr_multiplier": 1.0,
