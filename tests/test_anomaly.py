@@ -71,6 +71,44 @@ def test_a_model_of_bare_tensors_fails_in_its_forward_not_in_the_data(nandoctor)
     assert result.report["causes"][0]["category"] == "invalid_operation"
 
 
+def test_a_running_variance_that_overflows_is_born_in_batch_norm():
+    """Batch norm writes its running statistics though its schema does not say so: an
+    overflow there is born in that op, not 'already non-finite' when the next step reads it."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from nandoctor.instrument.detector import NonfiniteDetector
+
+    context = SimpleNamespace(paused=False, stopping=False, phase="forward", module="bn", step=3)
+    norm = torch.nn.BatchNorm1d(4)
+    x = torch.full((8, 4), 3e19)
+    x[::2] *= -1  # a batch variance of 9e38: float32 holds its output, not its running variance
+    detector = NonfiniteDetector(context)
+    detector.activate()
+    try:
+        assert torch.isfinite(norm(x)).all()
+    finally:
+        detector.deactivate()
+    (birth,) = detector.births.values()
+    assert birth.op == "aten.native_batch_norm.default" and birth.phase == "forward"
+    assert not birth.inputs_nonfinite and not torch.isfinite(norm.running_var).any()
+
+
+def test_an_optimizer_of_the_scripts_own_is_fixed_at_its_failing_line(nandoctor):
+    # `v.rsqrt().add_(eps)` inside a pasted optimizer: the inf is born in rsqrt, followed
+    # through the in-place ops on that temporary, and the line to fix is the optimizer's own.
+    script = "optimizer_own_rsqrt_eps.py"
+    result = nandoctor("run", script, *ANOMALY)
+    first = result.report["first_nonfinite"]
+    assert (first["phase"], first["op"], first["kind"]) == (
+        "optimizer", "aten.rsqrt.default", "division_by_zero")  # fmt: skip
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("optimizer_config", "OC101")
+    assert cause["location"]["line"] == line_of(script, "the line to fix")
+    assert "add eps before dividing" in cause["fix"]
+
+
 def test_late_failure_is_localized_by_a_replay(nandoctor):
     """The watched run only checks loss/grads/params; the failure at step K is replayed with
     per-op checks from step K-1, and the report says the replay reproduced it."""

@@ -193,3 +193,16 @@ def test_parameter_writes_stop_at_an_optimizer_step_without_any_forward():
     from torch.overrides import _get_current_function_mode_stack
 
     assert writes not in _get_current_function_mode_stack()
+
+
+def test_weights_born_outside_an_ops_domain_are_the_init_at_the_line_that_set_them(nandoctor):
+    # A zero-initialised layer wrapped in weight_norm: g * v / ||v|| is 0/0 at the first
+    # forward. Only weights went into the op, and no update had touched them.
+    script = "init_weight_norm_zero.py"
+    result = nandoctor("run", script, *STAGES)
+    first = result.report["first_nonfinite"]
+    assert (first["phase"], first["op"]) == ("forward", "aten._weight_norm_interface.default")
+    assert "zero direction" in first["explanation"]
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("initialization", "IN102")
+    assert cause["location"]["line"] == line_of(script, "the line to fix")

@@ -93,6 +93,21 @@ def test_minibatch_noise_above_a_low_first_draw_is_not_d3():
     assert _verdict(losses).reason != "D3"
 
 
+def test_minibatch_noise_around_a_flat_loss_is_not_u2():
+    # a tiny learning rate: the weights barely move and the loss is batch-to-batch noise
+    rng = random.Random(1)
+    losses = [200.0 * math.exp(rng.gauss(0.0, 0.5)) for _ in range(20)]
+    assert _verdict(losses).verdict == "stable"
+
+
+def test_one_batch_far_out_in_a_heavy_tail_is_not_an_unrecovered_spike():
+    # the next batches are ordinary again, though the average stays lifted for many steps
+    losses = (
+        [2.0 + 0.1 * (i % 3) for i in range(12)] + [60.0] + [2.0 + 0.1 * (i % 3) for i in range(12)]
+    )
+    assert _verdict(losses).verdict == "stable"
+
+
 def test_repeated_loss_spikes_are_u1():
     losses = [1.0 / (1 + 0.05 * t) for t in range(40)]
     losses[15] *= 1.6
@@ -310,6 +325,80 @@ def test_a_recurrent_model_gets_the_clip_experiment_and_it_leads_when_it_holds()
     # without a recurrence, a steady growth gets no clip experiment
     plain = _simulate(oracle, jobs=2)
     assert plain.clip_run is None
+
+
+@pytest.mark.parametrize("pattern, keeps", [("spike", True), ("growth", False)])
+def test_a_clip_keeps_the_rate_only_when_x1_failed_by_a_jump(pattern, keeps):
+    """Clipping that changed few steps trains at x1 in both cases; when x1's gradient norm had
+    built up over several steps, the clip only cut a rate's feedback at its first turn."""
+    from nandoctor.stages.lr_sweep.conclusions import findings
+    from nandoctor.stages.lr_sweep.verdicts import Explosion
+
+    def oracle(planned):
+        if planned.clip is not None or planned.multiplier <= 0.3:
+            return Verdict("stable", "", "loss 2 -> 1")
+        return Verdict("diverged", "D1", "nan", failure_step=12, pattern=pattern)
+
+    def record(planned):
+        losses = [2.0 - i / 20 for i in range(20)]  # the same progress for every run that trains
+        return RunRecord(planned, oracle(planned), losses=losses, grad_norms=[1.0] * 20)
+
+    baseline = record(Planned(1.0, "watched"))
+    search = Search(SETTINGS, baseline, False, exploded=Explosion(1.0, 500.0))
+    while not search.done:
+        for planned in search.take(2):
+            search.record(record(planned))
+    assert search.clip_run is not None and search.clip_run.clipped_steps == 0
+    clip = next(f for f in findings(search) if f.category == "exploding_gradients")
+    assert clip.remedy["keeps_the_rate"] is keeps
+    assert any("built up over several steps" in line for line in clip.evidence) is not keeps
+
+
+@pytest.mark.parametrize("losses, swept", [([2.0, 1.8, 1.9, 1.7, 1.8], False),
+                                            ([2.0, 1.8, 9.0, 80.0, 900.0], True)])  # fmt: skip
+def test_values_made_outside_torch_rule_out_the_rate_only_in_a_run_not_diverging(losses, swept):
+    """A NaN that entered torch from numpy after the loss had grown tenfold may have been
+    computed from the model's own outputs (targets matched in Python): the sweep still runs."""
+    from nandoctor.runner import RunOutcome
+    from nandoctor.stages.lr_sweep.sweep import skip_reason
+
+    steps = [{"event": "step", "step": i, "loss": v} for i, v in enumerate(losses)]
+    birth = {"step": len(losses), "phase": "data", "op": "input", "inputs_nonfinite": True}
+    events = [{"event": "optimizer", "type": "SGD"}, *steps,
+              {"event": "nonfinite", "step": len(losses), "phase": "data", "birth": birth}]  # fmt: skip
+    reason = skip_reason(RunOutcome(events=events), timeout_s=60.0)
+    assert (reason is None) is swept
+
+
+def test_a_clip_that_does_not_train_is_tried_tighter_and_leads_when_nothing_else_trains():
+    """People clip well below the ordinary norm; a clip at twice it lets the first huge steps
+    through. With no smaller rate stable, a clip that trains is the fix even if it acts on
+    every step: no smaller step size stands in for it."""
+    from nandoctor.stages.lr_sweep.conclusions import findings
+    from nandoctor.stages.lr_sweep.verdicts import Explosion
+
+    def oracle(planned):
+        if planned.clip is not None and planned.clip <= 1.0:
+            return Verdict("stable", "", "loss 2 -> 1")
+        if planned.multiplier < 1.0:  # unstable later, at every smaller rate
+            return Verdict("unstable", "U2", "loss grew to 1.5x its best", failure_step=15)
+        return Verdict("diverged", "D1", "nan", failure_step=5, pattern="spike")
+
+    def record(planned):
+        losses = [2.0 - i / 20 for i in range(20)]
+        return RunRecord(planned, oracle(planned), losses=losses, grad_norms=[5.0] * 20)
+
+    search = Search(SETTINGS, record(Planned(1.0, "watched")), False,
+                    exploded=Explosion(5.0, 5000.0))  # fmt: skip
+    while not search.done:
+        for planned in search.take(2):
+            search.record(record(planned))
+    assert [r.planned.clip for r in search.clip_runs] == [10, 1]
+    assert search.clip_run.verdict.verdict == "stable" and search.clip_run.clipped_steps == 20
+    (clip,) = findings(search)
+    assert clip.category == "exploding_gradients" and clip.remedy["keeps_the_rate"]
+    assert any(line.startswith("clipped at 10: diverged") for line in clip.evidence)
+    assert not any("as a smaller learning rate would" in line for line in clip.evidence)
 
 
 def test_clip_and_rounding_helpers():

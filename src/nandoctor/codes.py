@@ -165,6 +165,15 @@ _CODES = (
         "non-finite: loaded from a checkpoint, `torch.empty` never filled, written under no_grad",
         ("init_nonfinite_weight.py",),
     ),
+    Code(
+        "IN102",
+        "anomaly",
+        "weights as initialized are outside the domain of the op that reads them",
+        "before any update, a forward op whose every input is a parameter made NaN/Inf from "
+        "finite values: weight_norm of a zero-initialised direction (0/0), log of a learnable "
+        "scale initialised to 0",
+        ("init_weight_norm_zero.py",),
+    ),
     # ---- the data scan (stages/data_scan) ------------------------------------------------------
     Code(
         "DA201",

@@ -390,6 +390,7 @@ def run_facts(watch: RunOutcome) -> RunFacts:
     optimizers = watch.all("optimizer")
     return RunFacts(
         failed_step=watch.failed_step,
+        failed_in_the_update=(watch.nonfinite or {}).get("phase") == "optimizer",
         losses=tuple(watch.losses),
         grad_norms=tuple(watch.grad_norms),
         optimizer_location=Location.from_dict(optimizers[0].get("location"))

@@ -23,6 +23,7 @@ class RunFacts:
     """What the watched run measured, for reasoning across stages."""
 
     failed_step: int | None = None  # optimizer step of the first NaN/Inf that mattered
+    failed_in_the_update: bool = False  # ... born inside optimizer.step(), which the lr scales
     losses: tuple = ()
     grad_norms: tuple = ()
     optimizer_location: Location | None = None
@@ -121,9 +122,9 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
     """Reason across stages: what happened first and what explains what. Confidences start
     from each code's measured record (codes.py), then the rules move them."""
     result = [calibrated(f) for f in findings]
-    if facts.failed_step == 0:
+    if facts.failed_step == 0 and not facts.failed_in_the_update:
         # Step 0's loss comes from the first forward pass, before any update: the learning
-        # rate cannot have caused it.
+        # rate cannot have caused it (the first update itself it scales).
         result = [
             dataclasses.replace(f, severity="hint") if f.category == "learning_rate" else f
             for f in result

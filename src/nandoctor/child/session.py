@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
+import os
 import sys
 import time
 import weakref
@@ -14,7 +16,12 @@ import torch
 from nandoctor.child.events import EventWriter
 from nandoctor.child.options import ChildOptions
 from nandoctor.instrument.detector import Birth, NonfiniteDetector, StopRun
-from nandoctor.instrument.frames import SourceLine, find_construction_frame, find_user_frame
+from nandoctor.instrument.frames import (
+    SourceLine,
+    find_construction_frame,
+    find_user_frame,
+    is_library_file,
+)
 from nandoctor.instrument.graph import leaves_reached_by
 from nandoctor.instrument.hooks import HookSet
 from nandoctor.instrument.modules import ModuleTracker
@@ -328,6 +335,7 @@ class WatchSession:
             settings=defaults,
             groups=len(optimizer.param_groups),
             location=location.as_dict() if location else None,
+            own_step=_step_written_by_the_user(optimizer),
         )
 
     def _compile_used(self) -> None:
@@ -616,3 +624,13 @@ def _birth_dict(birth: Birth) -> dict:
         "received": birth.received,
         "notes": list(birth.notes),
     }
+
+
+def _step_written_by_the_user(optimizer) -> bool:
+    """The optimizer's `step()` is code of the script's own (an optimizer pasted into the
+    project), not torch's or an installed package's: its lines are the ones to fix."""
+    try:
+        source = inspect.getsourcefile(inspect.unwrap(type(optimizer).step))
+    except TypeError:
+        return False
+    return source is not None and not is_library_file(os.path.abspath(source))

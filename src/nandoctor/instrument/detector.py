@@ -59,6 +59,13 @@ def _computed_from_parameters(args, kwargs) -> bool:
     return any(t.requires_grad for t in iter_tensors((args, kwargs)))
 
 
+def _reads_only_parameters(args, kwargs) -> bool:
+    """Every floating input of the op is a parameter itself: what it computed is fixed by the
+    weights alone (weight_norm's g and v, a learnable scale under log)."""
+    inputs = [t for t in iter_tensors((args, kwargs)) if is_checked(t)]
+    return bool(inputs) and all(isinstance(t, torch.nn.Parameter) for t in inputs)
+
+
 def _received_from_another_rank(phase: str) -> bool:
     """Gradients and optimizer state of a multi-process run are what collectives write."""
     if phase not in ("backward", "optimizer"):
@@ -111,15 +118,24 @@ def _reader(func) -> str:
     return func.overloadpacket.__name__ if func is not None else "torch"
 
 
+# Ops that update arguments their schema does not mark as written: batch norm in training mode
+# writes its running mean and variance (positions 3 and 4). A variance that overflows there is
+# born in this op, not "already non-finite" when the next step reads it.
+_UNDECLARED_WRITES = {"native_batch_norm": (3, 4), "cudnn_batch_norm": (3, 4),
+                      "miopen_batch_norm": (3, 4)}  # fmt: skip
+
+
 def _writes(func) -> tuple[int, ...]:
     """Positions of the arguments an op mutates (in-place and out= ops)."""
     positions = getattr(func, "_nandoctor_writes", None)
     if positions is None:
-        positions = tuple(
+        declared = {
             i
             for i, arg in enumerate(func._schema.arguments)
             if arg.alias_info is not None and arg.alias_info.is_write
-        )
+        }
+        undeclared = _UNDECLARED_WRITES.get(func.overloadpacket.__name__, ())
+        positions = tuple(sorted(declared.union(undeclared)))
         func._nandoctor_writes = positions
     return positions
 
@@ -193,10 +209,13 @@ class NonfiniteDetector(TorchDispatchMode):
         self._last_sequence_nr = current
 
     def _bad_before_write(self, written: list, phase: str) -> set[int]:
-        # The optimizer only writes tensors already known finite (grads and parameters are
-        # checked around every step), so its many in-place ops skip this extra check.
-        if not written or phase == "optimizer":
+        if not written:
             return set()
+        if phase == "optimizer":
+            # The optimizer writes parameters, gradients and state, checked around every step,
+            # so its many in-place ops skip the reduction; a temporary it writes in place
+            # (`exp_avg_sq.rsqrt().add_(eps)`) was non-finite before only if already tracked.
+            return {id(t) for t in iter_tensors(written) if t in self._taint}
         return {id(t) for t in iter_tensors(written) if is_checked(t) and not is_finite(t)}
 
     # ---- classification ---------------------------------------------------------------------
@@ -376,10 +395,13 @@ class NonfiniteDetector(TorchDispatchMode):
         phase = "backward" if node else self.context.phase
         if phase == "data" and _computed_from_parameters(args, kwargs):
             phase = "forward"  # a model written with bare tensors (x @ W + b): no module call
+        facts = dict(why.facts)
+        if node is None and _reads_only_parameters(args, kwargs):
+            facts["parameters_only"] = 1
         return self._store(
             op=op, module=module, location=location, phase=phase,
             explanation=explanation, nonfinite=counts.describe(), has_nan=counts.nan > 0,
-            kind=why.kind, dtype=why.dtype, forward_op=forward_op, facts=dict(why.facts),
+            kind=why.kind, dtype=why.dtype, forward_op=forward_op, facts=facts,
             constant=constant, parent=parent, backward_node=backward_node,
             backward_call=backward_call, notes=notes,
         )  # fmt: skip

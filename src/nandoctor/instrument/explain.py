@@ -79,7 +79,12 @@ def _sqrt(args, kwargs, out) -> Why | None:
 
 def _rsqrt(args, kwargs, out) -> Why | None:
     checks = [("zero", lambda x: x == 0), ("negative", lambda x: x < 0)]
-    return _domain(_first_tensor(args), checks, "rsqrt")
+    why = _domain(_first_tensor(args), checks, "rsqrt")
+    x = _first_tensor(args).detach()
+    if why is None or _count(x < 0):
+        return why
+    # only zeros: 1 / sqrt(0), a division by zero (Adam-like updates with eps added after it)
+    return replace(why, kind=DIVISION_BY_ZERO, facts=(("zero", _count(x == 0)), ("negative", 0)))
 
 
 def _inverse_trig(args, kwargs, out) -> Why | None:
@@ -202,6 +207,24 @@ def _variance(args, kwargs, out) -> Why | None:
     )
 
 
+def _weight_norm(args, kwargs, out) -> Why | None:
+    """w = g * v / ||v||, the norm taken over every dim but `dim`: a direction v that is all
+    zero (a layer zero-initialised, then weight-normalised) gives 0/0."""
+    if len(args) < 2 or not isinstance(args[0], torch.Tensor):
+        return None
+    v = args[0].detach()
+    dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
+    rows = v.reshape(1, -1) if dim == -1 or v.dim() == 0 else v.movedim(dim, 0).flatten(1)
+    n_zero = _count(rows.norm(dim=1) == 0)
+    if not n_zero:
+        return None
+    text = (
+        f"weight norm of a zero direction: {n_zero} of {rows.shape[0]} slices of v are all 0, "
+        "so g * v / ||v|| is 0/0"
+    )
+    return Why(DIVISION_BY_ZERO, text, facts=(("zero", n_zero), ("negative", 0)))
+
+
 def _lengths(value) -> list[int]:
     return [int(v) for v in (value.tolist() if isinstance(value, torch.Tensor) else value)]
 
@@ -254,6 +277,8 @@ _RULES: dict[str, Callable] = {
     "remainder": _division,
     "fmod": _division,
     "reciprocal": _reciprocal,
+    "_weight_norm_interface": _weight_norm,
+    "_weight_norm": _weight_norm,
     "addcdiv": _addcdiv,
     "exp": _exp_like("exp"),
     "expm1": _exp_like("expm1"),

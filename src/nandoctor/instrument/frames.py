@@ -12,7 +12,7 @@ from types import FrameType
 import torch
 
 _NANDOCTOR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _STDLIB_DIRS = tuple(
     {os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib")}
 )
@@ -46,7 +46,7 @@ class SourceLine:
 def is_library_file(name: str) -> bool:
     """True for torch, the standard library, installed packages and nandoctor itself."""
     return (
-        name.startswith((_TORCH_DIR, _NANDOCTOR_DIR, "<frozen"))
+        name.startswith((TORCH_DIR, _NANDOCTOR_DIR, "<frozen"))
         or name.startswith(_STDLIB_DIRS)
         or any(marker in name for marker in _LIBRARY_MARKERS)
     )

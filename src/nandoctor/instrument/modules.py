@@ -35,6 +35,7 @@ class ModuleTracker:
         self._last_outputs: dict[int, list] = {}  # id(module) -> weak refs to its last outputs
         self._chains: dict[int, int] = {}  # id(module) -> calls in a row fed their own output
         self._recurrent: set[int] = set()
+        self._parametrizing = 0  # parametrizations being computed outside any forward
 
     @property
     def current(self) -> str | None:
@@ -79,6 +80,11 @@ class ModuleTracker:
         if torch.compiler.is_compiling():
             return
         module = uncompiled(module)
+        if self._parametrizing or (not self._stack and is_parametrization(module)):
+            # `weight_norm`/`register_parametrization` compute the weight once when they wrap a
+            # layer, outside any forward: model construction, not a model's first call.
+            self._parametrizing += is_parametrization(module)
+            return
         name = self._names.get(id(module))
         if name is None:
             if self._stack:
@@ -98,6 +104,9 @@ class ModuleTracker:
         if torch.compiler.is_compiling():
             return
         module = uncompiled(module)
+        if self._parametrizing:
+            self._parametrizing -= is_parametrization(module)
+            return
         if self._stack:
             name = self._stack.pop()
             for callback in self.on_module_output:
@@ -147,3 +156,9 @@ def uncompiled(module: torch.nn.Module) -> torch.nn.Module:
     if wrapper is not None and isinstance(module, wrapper):
         return module._orig_mod
     return module
+
+
+def is_parametrization(module: torch.nn.Module) -> bool:
+    from torch.nn.utils.parametrize import ParametrizationList
+
+    return isinstance(module, ParametrizationList)

@@ -25,7 +25,7 @@ from torch.overrides import (
     _push_mode,
 )
 
-from nandoctor.instrument.frames import SourceLine, find_user_frame
+from nandoctor.instrument.frames import TORCH_DIR, SourceLine, find_user_frame
 
 _MAX_STORAGES = 200_000
 # In-place methods that change flags or placement, not values.
@@ -73,6 +73,17 @@ def _moved_by_module_apply() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def _registered_by_torch() -> bool:
+    """The parameter being registered is registered by torch's own code (a `torch.nn.utils`
+    wrapper re-registering a module's existing weight), not by the user's `nn.Parameter(...)`.
+    The frames above the registration hook: this module's, then `Module`'s own, then the
+    caller that asked for it."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename == _MODULE_FILE:
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith(TORCH_DIR)
 
 
 class ParameterWrites(TorchFunctionMode):
@@ -141,8 +152,11 @@ class ParameterWrites(TorchFunctionMode):
         return result
 
     def _registered(self, module, name, param) -> None:
-        if param is not None and self.active and os.getpid() == self._pid:
-            self._remember(param, find_user_frame())
+        if param is None or not self.active or os.getpid() != self._pid:
+            return
+        if _storage_key(param) in self._lines and _registered_by_torch():
+            return  # `weight_norm` re-registers the weight's values as `weight_v`: none moved
+        self._remember(param, find_user_frame())
 
     def _remember(self, t: torch.Tensor, line: SourceLine | None) -> None:
         key = _storage_key(t)

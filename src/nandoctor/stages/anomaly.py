@@ -10,6 +10,7 @@ from nandoctor.fixes import GUARDABLE_OPS, guard_for, guard_remedy
 from nandoctor.instrument.kinds import (
     CONVERSION_OVERFLOW,
     DIVISION_BY_ZERO,
+    DOMAIN,
     NONFINITE_INPUT,
     NONFINITE_PARAMETER,
     OVERFLOW_KINDS,
@@ -19,6 +20,7 @@ from nandoctor.instrument.kinds import (
 from nandoctor.instrument.precision import REDUCED_DTYPES
 from nandoctor.report.model import Finding, FirstNonfinite, Location, StageResult
 from nandoctor.stages import StageContext, StageOutcome
+from nandoctor.stages.init_check.findings import most_common_write
 
 NAME = "anomaly"
 
@@ -35,10 +37,33 @@ def run(context: StageContext) -> StageOutcome:
     finding = finding_from(first, event, optimizer_of(context.watch, event))
     if event.get("birth") is None and (rerun := only_compiled(context.watch)) is not None:
         finding = _compiled_only(first, rerun)  # no op to guess at: the compiler is the lead
+    if finding.code == "IN102":
+        finding = _at_the_init_line(finding, context.watch, first.module)
     where = f" at {first.location.short()}" if first.location else ""
     summary = f"{first.op} in {first.phase}{where}, step {first.step}: {first.explanation}"
     result = StageResult("ran", summary, context.watch.duration_s)
     return StageOutcome(result, [finding], first_nonfinite=first)
+
+
+def _at_the_init_line(finding: Finding, watch, module: str | None) -> Finding:
+    """Weights born outside an op's domain are fixed where they were set: the init check's
+    record of that line for the failing module's weights leads, the op's line stays."""
+    layers = [layer for event in watch.all("init_forward") for layer in event.get("layers") or []]
+    # the failing op may run in a module of the layer's own (its parametrization)
+    holding = [layer for layer in layers if module and _within(module, layer.get("module"))]
+    layer = max(holding, key=lambda layer: len(layer["module"]), default=None)
+    set_at = most_common_write(layer.get("weights") or []) if layer else None
+    if set_at is None:
+        return finding
+    evidence = (
+        *finding.evidence,
+        f"these weights were last set at {set_at.short()}: {set_at.code}",
+    )
+    return dataclasses.replace(finding, location=set_at, evidence=evidence)
+
+
+def _within(module: str, layer: str | None) -> bool:
+    return bool(layer) and (module == layer or module.startswith(layer + "."))
 
 
 def without_the_rate(context: StageContext, findings: list[Finding], reason: str) -> list[Finding]:
@@ -145,10 +170,14 @@ def finding_from(
     remedy = propose_remedy(first, birth, category, optimizer)
     location, fix = first.location, suggest_fix(first, birth, category, remedy)
     if optimizer is not None and (category == "learning_rate" or first.phase == "optimizer"):
-        # The line to edit is where the optimizer was built with its learning rate or setting.
+        # The line to edit is where the optimizer was built with its learning rate or setting,
+        # unless the update's own code is the script's: then its failing line is.
         evidence.append(f"optimizer: {describe_optimizer(optimizer)}")
-        location = Location.from_dict(optimizer.get("location")) or location
-        fix = optimizer_fix(optimizer, category) or fix
+        if _in_its_own_update(first, optimizer, category):
+            evidence.append(f"{optimizer['type']}.step() is the script's own code")
+        else:
+            location = Location.from_dict(optimizer.get("location")) or location
+        fix = optimizer_fix(optimizer, category, first.kind) or fix
     return Finding(
         stage=NAME,
         category=category,
@@ -195,12 +224,29 @@ def _eps_of(optimizer: dict | None) -> float | None:
     return (optimizer or {}).get("settings", {}).get("eps")
 
 
-def optimizer_fix(optimizer: dict, category: str) -> str | None:
+def _in_its_own_update(first: FirstNonfinite, optimizer: dict, category: str) -> bool:
+    return (
+        category != "learning_rate"
+        and first.phase == "optimizer"
+        and bool(optimizer.get("own_step"))
+        and first.location is not None
+    )
+
+
+def optimizer_fix(optimizer: dict, category: str, kind: str | None = None) -> str | None:
     eps = _eps_of(optimizer)
-    if category == "optimizer_config" and eps is not None and eps <= 0:
+    if category != "optimizer_config" or eps is None:
+        return None
+    if eps <= 0:
         return (
             f"give {optimizer['type']} a positive eps: `eps=1e-8` (1e-4 or more in pure float16); "
             "with eps=0, a parameter whose gradient is exactly 0 divides 0 by 0"
+        )
+    if kind == DIVISION_BY_ZERO:
+        return (
+            f"the update divides by zero although eps={eps:g}: add eps before dividing or "
+            "inverting, `1 / (exp_avg_sq.sqrt() + eps)` rather than `exp_avg_sq.rsqrt() + eps`, "
+            "so a parameter whose gradient was exactly 0 gets a finite step"
         )
     return None
 
@@ -229,6 +275,10 @@ def _categorize(
             "non-finite values come from the data",
             0.97 if made_the_tensor(first) else 0.85,
         )
+    if _weights_born_outside_the_domain(first):
+        # Nothing but the weights went in, and no update had changed them yet: they were
+        # born where the op is undefined, and the fix is how they are initialized.
+        return "IN102", f"{op} of the weights as initialized is outside its domain", 0.9
     if first.kind == UNALIGNABLE:
         # The samples carry targets their inputs are too short to spell (after the model's
         # subsampling): what to fix is which samples reach the loss, not its formula.
@@ -278,6 +328,15 @@ def _categorize(
     )
 
 
+def _weights_born_outside_the_domain(first: FirstNonfinite) -> bool:
+    return (
+        first.step == 0
+        and first.phase == "forward"
+        and first.kind in (DOMAIN, DIVISION_BY_ZERO)
+        and bool(first.facts.get("parameters_only"))
+    )
+
+
 _DOMAIN_TITLES = {
     "log": "log of zero or negative values",
     "log2": "log of zero or negative values",
@@ -317,6 +376,18 @@ def suggest_fix(first: FirstNonfinite, birth: dict, category: str, remedy: dict 
             "find what wrote NaN/Inf into the weights before training: a checkpoint (check it "
             "with `torch.isfinite`), `torch.empty` never filled (initialize it, e.g. "
             "`nn.init.kaiming_uniform_`), or an in-place write under `torch.no_grad()`"
+        )
+    if _weights_born_outside_the_domain(first):
+        if forward_op.startswith("_weight_norm"):
+            return (
+                "give a weight-normalised layer a nonzero direction: to start it at zero, zero "
+                "its scale g (`weight_g`, or `parametrizations.weight.original0`) instead of "
+                "the weight, or leave the zero-initialised layer out of weight_norm"
+            )
+        return (
+            f"initialize the weights {forward_op} reads inside its domain (a positive scale "
+            "under log or a division), or compute it from an unconstrained parameter "
+            "(`exp(log_scale)`, `softplus(raw)`)"
         )
     if first.kind == UNALIGNABLE:
         return (

@@ -17,6 +17,7 @@ from torch.nn.parameter import is_lazy
 from nandoctor.child.probes import safely
 from nandoctor.instrument.batches import class_dim_size
 from nandoctor.instrument.losses import LossCall, loss_watch
+from nandoctor.instrument.modules import is_parametrization
 from nandoctor.instrument.weights import activation_record, describe_layer, first_tensor, layer_kind
 from nandoctor.instrument.writes import ParameterWrites
 
@@ -93,14 +94,29 @@ class InitProbe:
             for weight, param in zip(
                 layer.get("weights", []), _weights_of(sub, kind), strict=False
             ):
-                line = self.writes.line_of(param)
+                line = self.writes.line_of(param) or self._line_of_source(sub, param)
                 weight["written"] = line.as_dict() if line else None
             layers.append(layer)
         return layers
 
+    def _line_of_source(self, module, weight: torch.Tensor):
+        """A weight the module computes from parameters of its own (weight_norm's `weight_g`
+        and `weight_v`, a parametrization's `original`) was set where its largest source was:
+        the direction, not the per-channel scale."""
+        if isinstance(weight, torch.nn.Parameter):
+            return None
+        sources = [p for n, p in module.named_parameters()
+                   if n.startswith(("weight_", "parametrizations.weight."))]  # fmt: skip
+        for source in sorted(sources, key=lambda p: p.numel(), reverse=True):
+            if line := self.writes.line_of(source):
+                return line
+        return None
+
     def _other_layer(self, label: str, name: str, module) -> dict | None:
         """A module of the user's own (a hand-written Dense): no kappa check, whose meaning is
         unknown, but where its weights were set, so growth through it can be located."""
+        if is_parametrization(module):
+            return None  # the sources of a layer's weight, judged with that layer
         weights = []
         for pname, param in module.named_parameters(recurse=False):
             if param.dim() >= 2 and (line := self.writes.line_of(param)):

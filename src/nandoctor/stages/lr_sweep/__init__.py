@@ -31,6 +31,7 @@ _BOUNDS = {
     "margin_refined": (1e-6, 1.0, None),
     "clip_quantile": (0.0, 1.0, None),
     "clip_max_active": (0.0, 1.0, None),
+    "clip_tries": (1, 10, None),
 }
 
 
@@ -75,7 +76,8 @@ class Settings:
     blowup_factor: float = 4.0  # D2: smoothed loss above this x its best so far ...
     blowup_min_fraction: float = 0.5  # ... and above this x the initial loss
     runaway_factor: float = 1.5  # D3: run ends with smoothed loss above this x the initial ...
-    runaway_sigmas: float = 2.0  # ... and above it by this many sigmas of minibatch noise
+    runaway_sigmas: float = 2.0  # ... and above it by this many sigmas of minibatch noise (also
+    # the least rise a U2 growth must show)
     spike_sigmas: float = 6.0  # U1/U3: a spike exceeds the median by this many robust sigmas
     spike_ratio: float = 1.25  # U1: ... and this x the median of the steps before it
     big_spike_ratio: float = 2.0  # U1: one spike this big that does not recover is enough
@@ -100,6 +102,8 @@ class Settings:
     clip_min_steps: int = 10  # healthy norms needed to derive a clip value
     clip_max_active: float = 0.25  # clipping that changed more than this fraction of the steps
     # is a smaller step size by another name: no evidence of gradient spikes
+    clip_tries: int = 3  # a clip that did not train is tried again 10x tighter, this many runs
+    # in all (people clip well below the ordinary norm: 1.0 against norms in the hundreds)
 
     def __post_init__(self) -> None:
         for item in fields(self):

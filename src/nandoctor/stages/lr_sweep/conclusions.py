@@ -138,8 +138,7 @@ def details(search: Search, horizon: int, jobs: int) -> dict:
     stable, failing = search.bracket()
     runs = [run_row(r) for r in search.measured()]
     runs += [run_row(r) for r in search.results.values() if r.verdict.verdict == "error"]
-    if search.clip_run is not None:
-        runs.append(run_row(search.clip_run))
+    runs += [run_row(r) for r in search.clip_runs]
     return {
         "recommended_lr_multiplier": search.recommended,
         "verified": search.verified,
@@ -291,12 +290,18 @@ def _clip_finding(search: Search, clip: RunRecord) -> Finding:
     )
     lr = run_row(clip)["lr"]
     keep = "" if same(m, 1.0) else f", with the learning rate at ×{label(m)} (lr {number(lr)})"
+    looser = [r for r in search.clip_runs if r is not clip]
+    first_value = (looser[0] if looser else clip).planned.clip
     evidence = [
         f"×{label(m)} (lr {number(lr)}): {before.verdict.verdict}, {before.verdict.detail}",
-        f"clip value {value:g} from {search.clip_basis} of the run at ×{label(search.clip_source)}",
+        f"clip value {first_value:g} from {search.clip_basis} of the run at "
+        f"×{label(search.clip_source)}"
+        + (", then 10x tighter while it did not train" if looser else ""),
+        *(f"clipped at {r.planned.clip:g}: {r.verdict.verdict}, {r.verdict.detail}"
+          for r in looser),
         f"×{label(m)} with gradients clipped at {value:g}: stable for {clip.steps} steps "
         f"({clip.verdict.detail}); clipping changed {clip.clipped_steps} of them",
-    ]
+    ]  # fmt: skip
     if search.exploded is not None:
         evidence.insert(0, f"at ×1 the gradient norm rose from {search.exploded.level:.3g} to "
                            f"{search.exploded.peak:.3g} before the failure")  # fmt: skip
@@ -311,11 +316,8 @@ def _clip_finding(search: Search, clip: RunRecord) -> Finding:
         title = (f"gradients explode through the recurrence of {recurrent['module']}: "
                  f"×{label(m)} trains stably once they are clipped at {value:g}")  # fmt: skip
         confidence = 0.92
-    if recurrent is None and _acts_on_most_steps(clip, search.settings):
-        # A clip that bounds most updates is a smaller step size by another name (through a
-        # recurrence, gradients explode at any rate that trains: clipping is the remedy still).
-        evidence.append("it shrank most updates, as a smaller learning rate would: no sign of "
-                        "rare spikes")  # fmt: skip
+    if recurrent is None and (stands_in := _stands_in_for_a_smaller_rate(clip, search)):
+        evidence.append(stands_in)
         confidence *= 0.6
     keeps_the_rate = same(m, 1.0) and _keeps_the_rate(clip, search)
     if keeps_the_rate:
@@ -343,22 +345,50 @@ def _clip_finding(search: Search, clip: RunRecord) -> Finding:
     )
 
 
+def _a_smaller_rate_trains(clip: RunRecord, search: Search) -> bool:
+    return any(r.verdict.verdict == "stable" and r.multiplier < clip.multiplier
+               for r in search.measured())  # fmt: skip
+
+
 def _acts_on_most_steps(clip: RunRecord, settings) -> bool:
     return (clip.clipped_steps or 0) > settings.clip_max_active * max(clip.steps, 1)
 
 
-def _keeps_the_rate(clip: RunRecord, search: Search) -> bool:
-    """Clipping alone lets the original rate train: it changed only a few steps (spikes, not
-    every update), and the loss fell at least half as far, relative to where it started, as
-    at the largest stable smaller rate (with none stable, clipping is what trains). A clip that
-    only holds a stalled run proves nothing."""
+def _stands_in_for_a_smaller_rate(clip: RunRecord, search: Search) -> str | None:
+    """Why the clip that trained did what a smaller learning rate does, or None. Through a
+    recurrence gradients explode at any rate that trains, and clipping is the remedy still;
+    when no smaller rate trained either, nothing stands in for the clip. Elsewhere two signs
+    say the rate is what drove the failure:
+    - the clip bounded most updates: a smaller step size by another name;
+    - at x1 the gradient norm built up over several steps before the failure (the pattern a
+      rate too high gives: each overshoot makes the next gradient larger). Clipping then
+      changes few steps only because it cuts that feedback at its first turn."""
+    if not _a_smaller_rate_trains(clip, search):
+        return None
     if _acts_on_most_steps(clip, search.settings):
-        return False
+        return "it shrank most updates, as a smaller learning rate would: no sign of rare spikes"
+    if search.baseline.verdict.pattern == "growth":
+        return (
+            "at ×1 the gradient norm built up over several steps before the failure, as "
+            "under a rate too high: clipping cut that growth as a smaller rate does"
+        )
+    return None
+
+
+def _keeps_the_rate(clip: RunRecord, search: Search) -> bool:
+    """Clipping alone lets the original rate train: it acted on rare spikes, not as a smaller
+    step size, and the loss fell at least half as far, relative to where it started, as at
+    the largest stable smaller rate (with none stable, clipping is what trains). A clip that
+    only holds a stalled run proves nothing."""
     if progress(clip.losses) <= search.settings.stall_progress:
         return False
+    if not _a_smaller_rate_trains(clip, search):
+        return True  # clipping is what trains
+    if _acts_on_most_steps(clip, search.settings):
+        return False
+    if search.recurrent is None and search.baseline.verdict.pattern == "growth":
+        return False
     stable = [r for r in search.measured() if r.verdict.verdict == "stable"]
-    if not stable:
-        return True
     reference = max(stable, key=lambda r: r.multiplier)
     wanted = progress(reference.losses)
     return wanted <= 0 or progress(clip.losses) >= 0.5 * wanted

@@ -143,7 +143,7 @@ class Search:
         self.stage = HALVING
         self.rounds = 0
         self.recommended: float | None = None
-        self.clip_run: RunRecord | None = None
+        self.clip_runs: list[RunRecord] = []  # each clip tried, loosest first
         self.clip_source: float | None = None  # the run whose gradient norms set the clip value
         self.clip_basis = "the healthy gradient norms"  # what of that run's norms set it
 
@@ -167,7 +167,8 @@ class Search:
         if self.running.pop(record.planned.key, None) is None:
             return  # a run that was stopped as no longer needed
         if record.planned.purpose == CLIP:
-            self.clip_run = record
+            self.clip_runs.append(record)
+            self._tighter_clip(record)
             return
         self.results[record.planned.key] = record
         if self.stage == HALVING and self._fails_like_the_baseline(record):
@@ -189,6 +190,22 @@ class Search:
         """A doomed run was stopped: keep it out of the results."""
         if self.running.pop(planned.key, None) is not None:
             self.stopped.append((planned, steps_done))
+
+    def _tighter_clip(self, tried: RunRecord) -> None:
+        """A clip that did not train is tried again 10x tighter: people clip well below the
+        ordinary gradient norm (1.0 against norms in the hundreds), and a clip at twice that
+        norm lets the first huge steps through."""
+        value = tried.planned.clip
+        if tried.verdict.verdict == "stable" or value is None:
+            return
+        if len(self.clip_runs) >= self.settings.clip_tries:
+            return
+        self.queue.append(Planned(tried.multiplier, CLIP, clip=round_down_125(value / 10)))
+
+    @property
+    def clip_run(self) -> RunRecord | None:
+        """The last clip tried: the one that trained, or the tightest."""
+        return self.clip_runs[-1] if self.clip_runs else None
 
     # ---- conclusions ---------------------------------------------------------------------------
     def measured(self) -> list[RunRecord]:

@@ -8,6 +8,7 @@ import shutil
 from dataclasses import dataclass
 
 from nandoctor.child.options import ChildOptions
+from nandoctor.ranking import loss_growth
 from nandoctor.report.model import StageResult
 from nandoctor.rewind import FROM_THE_START, Start, start_for
 from nandoctor.runner import RunOutcome, rerun_timeout_s, script_options
@@ -57,7 +58,11 @@ def skip_reason(watch: RunOutcome, timeout_s: float) -> str | None:
                 f"the first NaN/Inf appeared at step 0 in the {phase} phase{_where(birth)}, "
                 "before any optimizer update: the learning rate cannot be the cause"
             )
-        if birth.get("inputs_nonfinite"):
+        if birth.get("inputs_nonfinite") and not loss_growth(watch.losses):
+            # Values made outside torch's ops are data only when the run was not diverging
+            # already: targets or observations computed from the model's own outputs (a
+            # detection loss's matching in Python, an environment driven by the policy) go
+            # non-finite because the model did.
             return (
                 f"the NaN/Inf entered torch already non-finite (from the data) at step {step}"
                 f"{_where(birth)}: the learning rate cannot be the cause"
@@ -336,7 +341,7 @@ def run_search(context: StageContext, search: Search, plan: Plan) -> None:
 
 
 def _progress(context: StageContext, search: Search, pool: Pool, plan: Plan) -> None:
-    done = len(search.results) - 1 + (search.clip_run is not None)
+    done = len(search.results) - 1 + len(search.clip_runs)
     going = " · ".join(
         f"×{label(run.planned.multiplier)} step {run.steps}/{plan.horizon}"
         for run in pool.active.values()

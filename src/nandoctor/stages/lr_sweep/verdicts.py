@@ -5,20 +5,24 @@ bias-corrected EMA whose memory scales with the horizon H; the initial loss is t
 the first k0 = min(5, H/10) losses, or the very first loss (taken before any update) if lower.
 - D1 diverged: a NaN/Inf reached the loss, a gradient or a parameter.
 - D2 diverged: the smoothed loss rose above `blowup_factor` (4) x its best so far, and above
-  `blowup_min_fraction` (0.5) x the initial loss (a bounce near zero is not a blow-up), unless
-  the whole run recovered: it ends below the initial loss and within that factor of its best.
+  `blowup_min_fraction` (0.5) x the initial loss (a bounce near zero is not a blow-up), with
+  the median of the raw losses of that step and the two after it above that factor too (one
+  batch far out in a heavy tail lifts the average for many steps), unless the whole run
+  recovered: it ends below the initial loss and within that factor of its best.
 - D3 diverged: the run ended with the smoothed loss above `runaway_factor` (1.5) x the initial,
   and above it by more than `runaway_sigmas` (2) sigmas of the loss's minibatch noise.
 - U1 unstable: in the first max(3, H/10) steps, a jump above `big_spike_ratio` (2) x the first
   loss, and by more than `spike_sigmas` robust sigmas of the run's step-to-step changes (not
   minibatch noise), that never came back below it; later, two loss spikes (above the level of the previous
   steps by `spike_sigmas` (6) robust sigmas of their step-to-step changes, and by
-  `spike_ratio` (1.25) x), or one spike of `big_spike_ratio` x after which the smoothed loss did
-  not come back to where it was before the spike within max(10, H/10) steps. On runs longer than
+  `spike_ratio` (1.25) x), or one spike of `big_spike_ratio` x after which neither the smoothed
+  loss nor the median of the raw losses came back to where the smoothed loss was before the
+  spike within max(10, H/10) steps. On runs longer than
   200 steps the spikes needed grow to `spikes_per_step` (1 %) of the steps. An early rise that
   ends below the first loss is the catapult phase: stable, with a warning.
 - U2 unstable: the loss grows over the second half (Theil-Sen slope > 0) and its last quarter
-  sits above `growth_factor` (1.25) x the best smoothed loss.
+  sits above `growth_factor` (1.25) x the best smoothed loss, and above it by more than
+  `runaway_sigmas` sigmas of the minibatch noise.
 - U3 unstable: the gradient norm of the last quarter is `grad_growth_factor` (10) x that of the
   first quarter, or `grad_spikes` (3) gradient-norm spikes (6 sigmas and 3x the level; more
   on long runs, as for U1).
@@ -176,7 +180,14 @@ def _smooth(values: list[float], horizon: int) -> list[float]:
     return ema(values, beta)
 
 
-def _blow_up(values, grads, settings, horizon) -> Verdict | None:
+_PERSIST = 3  # steps from a blow-up whose median must be blown up too
+
+
+def _blow_up(values, grads, settings, horizon, *, partial: bool = False) -> Verdict | None:
+    """D2. The smoothed loss far above its best, and the raw losses there too: one batch far
+    out in a heavy tail lifts the average for many steps, but the median of it and the steps
+    after it is ordinary. A blow-up in the last steps of a finished run counts; in a run still
+    going (`partial`) it waits for those steps."""
     if len(values) < 2:
         return None
     k0, initial = _start(values, horizon)
@@ -193,11 +204,21 @@ def _blow_up(values, grads, settings, horizon) -> Verdict | None:
             )
         else:
             blown = smooth[t] - best > 3 * max(initial - best, 10 * sigma, 1e-12)
+        if blown and not _persists(values[t : t + _PERSIST], best, settings, partial):
+            continue
         if blown:
             ratio = f"{smooth[t] / best:.3g}x its best" if best > 0 else "far above its best"
             return Verdict("diverged", "D2", f"smoothed loss {ratio} at step {t}", t,
                            failure_pattern(grads[: t + 1]))  # fmt: skip
     return None
+
+
+def _persists(window: list[float], best: float, settings: Settings, partial: bool) -> bool:
+    if len(window) < _PERSIST:
+        return not partial
+    if best <= 0:
+        return True
+    return median(window) > settings.blowup_factor * best
 
 
 def _recovered(values: list[float], settings: Settings, horizon: int) -> bool:
@@ -264,9 +285,7 @@ def _spikes(values, grads, settings, horizon) -> Verdict | None:
         after = smooth[t + 1 : t + 1 + recovery]
         judged = len(after) >= min(recovery, 3)  # a spike at the very end cannot be judged
         big = values[t] >= settings.big_spike_ratio * abs(level)
-        # Smoothed against smoothed: on a noisy loss the average sits above the median of the
-        # steps before the spike, and would never come back below that level.
-        if big and judged and not any(s <= smooth[t - 1] for s in after):
+        if big and judged and not _recovered_from(values, smooth, t, recovery):
             unrecovered.append(t)
     needed = _spikes_needed(2, len(values), settings)
     if len(found) < needed and not unrecovered:
@@ -274,6 +293,18 @@ def _spikes(values, grads, settings, horizon) -> Verdict | None:
     t = unrecovered[0] if unrecovered else found[needed - 1][0]
     what = "a loss spike that did not recover" if unrecovered else f"{len(found)} loss spikes"
     return Verdict("unstable", "U1", f"{what} (step {t})", t, "spike")
+
+
+def _recovered_from(values: list[float], smooth: list[float], t: int, recovery: int) -> bool:
+    """The loss came back to where it was before the spike at `t`. Smoothed against smoothed:
+    on a noisy loss the average sits above the median of the steps before the spike, and would
+    never come back below that level. Or the raw losses after it, by their median: one batch
+    far out in a heavy tail lifts the average for many steps though the steps after it are
+    ordinary again (a plateau stays up in both)."""
+    after = values[t + 1 : t + 1 + recovery]
+    return any(s <= smooth[t - 1] for s in smooth[t + 1 : t + 1 + recovery]) or (
+        bool(after) and median(after) <= smooth[t - 1]
+    )
 
 
 def _growth(values, grads, settings, horizon) -> Verdict | None:
@@ -284,6 +315,12 @@ def _growth(values, grads, settings, horizon) -> Verdict | None:
     half, quarter = len(values) // 2, max(2, len(values) // 4)
     best = min(smooth[k0:])
     late = median(values[-quarter:])
+    # Minibatch noise is no growth: the rise must stand out of the loss's step-to-step noise
+    # (at a tiny learning rate the loss varies batch to batch around where it started).
+    changes = [b - a for a, b in zip(values, values[1:], strict=False)]
+    noise = robust_sigma(changes) / math.sqrt(2)
+    if late - best <= settings.runaway_sigmas * noise:
+        return None
     if theil_sen(smooth[half:]) > 0 and late > settings.growth_factor * best:
         detail = f"loss grew to {late / best:.3g}x its best without recovering"
         return Verdict("unstable", "U2", detail, len(values) - quarter, "growth")
@@ -356,4 +393,4 @@ def blew_up(losses: list[float | None], settings: Settings, horizon: int) -> boo
     values = [v for v in losses if v is not None]
     if any(not math.isfinite(v) for v in values):
         return True
-    return _blow_up(values, [], settings, horizon) is not None
+    return _blow_up(values, [], settings, horizon, partial=True) is not None
