@@ -78,9 +78,9 @@ def _sqrt(args, kwargs, out) -> Why | None:
 
 
 def _rsqrt(args, kwargs, out) -> Why | None:
-    checks = [("zero", lambda x: x == 0), ("negative", lambda x: x < 0)]
-    why = _domain(_first_tensor(args), checks, "rsqrt")
     x = _first_tensor(args).detach()
+    checks = [("zero", lambda x: x == 0), ("negative", lambda x: x < 0)]
+    why = _domain(x, checks, "rsqrt")
     if why is None or _count(x < 0):
         return why
     # only zeros: 1 / sqrt(0), a division by zero (Adam-like updates with eps added after it)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import torch
 from torch.nn.modules import module as module_globals
+from torch.nn.utils.parametrize import ParametrizationList
 
 from nandoctor.instrument.tensors import iter_tensors
 
@@ -159,6 +160,4 @@ def uncompiled(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def is_parametrization(module: torch.nn.Module) -> bool:
-    from torch.nn.utils.parametrize import ParametrizationList
-
     return isinstance(module, ParametrizationList)

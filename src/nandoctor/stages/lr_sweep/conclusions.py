@@ -385,8 +385,8 @@ def _keeps_the_rate(clip: RunRecord, search: Search) -> bool:
     if not _a_smaller_rate_trains(clip, search):
         return True  # clipping is what trains
     if _acts_on_most_steps(clip, search.settings):
-        return False
-    if search.recurrent is None and search.baseline.verdict.pattern == "growth":
+        return False  # also through a recurrence, as a smaller step size by another name
+    if search.recurrent is None and _stands_in_for_a_smaller_rate(clip, search):
         return False
     stable = [r for r in search.measured() if r.verdict.verdict == "stable"]
     reference = max(stable, key=lambda r: r.multiplier)

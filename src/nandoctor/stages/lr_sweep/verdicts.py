@@ -71,6 +71,17 @@ def robust_sigma(values: list[float]) -> float:
     return _MAD_TO_SIGMA * median(abs(v - center) for v in values)
 
 
+def change_sigma(values: list[float]) -> float:
+    """Robust sigma of the step-to-step changes: the series' noise, which a trend does not
+    inflate."""
+    return robust_sigma([b - a for a, b in zip(values, values[1:], strict=False)])
+
+
+def loss_noise(values: list[float]) -> float:
+    """The minibatch noise of one loss: that of a step-to-step change over sqrt 2."""
+    return change_sigma(values) / math.sqrt(2)
+
+
 def theil_sen(values: list[float]) -> float:
     """Median of the pairwise slopes: a trend that one outlier cannot fake."""
     slopes = [
@@ -90,7 +101,7 @@ def spike_steps(
     for t in range(8, len(values)):
         before = values[max(0, t - window) : t]
         level = median(before[-5:])
-        noise = robust_sigma([b - a for a, b in zip(before, before[1:], strict=False)])
+        noise = change_sigma(before)
         if values[t] > level + sigmas * noise and values[t] > ratio * abs(level):
             found.append((t, level))
     return found
@@ -193,7 +204,7 @@ def _blow_up(values, grads, settings, horizon, *, partial: bool = False) -> Verd
     k0, initial = _start(values, horizon)
     smooth = _smooth(values, horizon)
     nonneg = min(values) >= 0
-    sigma = robust_sigma([b - a for a, b in zip(values, values[1:], strict=False)]) or 0.0
+    sigma = change_sigma(values) or 0.0
     best = math.inf
     for t in range(k0, len(smooth)):
         best = min(best, smooth[t])
@@ -204,9 +215,7 @@ def _blow_up(values, grads, settings, horizon, *, partial: bool = False) -> Verd
             )
         else:
             blown = smooth[t] - best > 3 * max(initial - best, 10 * sigma, 1e-12)
-        if blown and not _persists(values[t : t + _PERSIST], best, settings, partial):
-            continue
-        if blown:
+        if blown and _persists(values[t : t + _PERSIST], best, settings, partial):
             ratio = f"{smooth[t] / best:.3g}x its best" if best > 0 else "far above its best"
             return Verdict("diverged", "D2", f"smoothed loss {ratio} at step {t}", t,
                            failure_pattern(grads[: t + 1]))  # fmt: skip
@@ -240,9 +249,7 @@ def _runaway(values, grads, settings, horizon) -> Verdict | None:
         return None
     # Minibatch noise is no runaway: the initial loss is one or a few draws, and a run whose
     # weights barely move (a tiny learning rate) ends above a low first draw as often as not.
-    # The noise of one loss is that of a step-to-step change over sqrt 2.
-    changes = [b - a for a, b in zip(values, values[1:], strict=False)]
-    if smooth[-1] - initial <= settings.runaway_sigmas * robust_sigma(changes) / math.sqrt(2):
+    if smooth[-1] - initial <= settings.runaway_sigmas * loss_noise(values):
         return None
     t = len(smooth) - 1
     while t > 0 and smooth[t - 1] > settings.runaway_factor * initial:
@@ -262,8 +269,7 @@ def _early_rise(values, grads, settings, horizon) -> Verdict | None:
         return None
     # Minibatch noise is no jump: it must also stand out of the run's step-to-step changes (a
     # loss that has not moved at a tiny learning rate still varies batch to batch).
-    changes = [b - a for a, b in zip(values, values[1:], strict=False)]
-    if values[peak_at] - values[0] <= settings.spike_sigmas * robust_sigma(changes):
+    if values[peak_at] - values[0] <= settings.spike_sigmas * change_sigma(values):
         return None
     if _smooth(values, horizon)[-1] < values[0]:
         return None  # it recovered: `_warning` notes the early rise
@@ -317,9 +323,7 @@ def _growth(values, grads, settings, horizon) -> Verdict | None:
     late = median(values[-quarter:])
     # Minibatch noise is no growth: the rise must stand out of the loss's step-to-step noise
     # (at a tiny learning rate the loss varies batch to batch around where it started).
-    changes = [b - a for a, b in zip(values, values[1:], strict=False)]
-    noise = robust_sigma(changes) / math.sqrt(2)
-    if late - best <= settings.runaway_sigmas * noise:
+    if late - best <= settings.runaway_sigmas * loss_noise(values):
         return None
     if theil_sen(smooth[half:]) > 0 and late > settings.growth_factor * best:
         detail = f"loss grew to {late / best:.3g}x its best without recovering"
