@@ -54,6 +54,15 @@ def test_nan_made_in_getitem_points_at_the_division(nandoctor):
     assert cause["confidence"] > 0.85
 
 
+def test_inputs_far_from_unit_scale_are_a_cause_when_standardizing_them_trains(nandoctor):
+    # A VAE on raw counts in the thousands: exp() of its log-variance overflows. The re-run
+    # that standardizes the batches is the evidence, not the magnitude alone.
+    result = nandoctor("run", "data_raw_counts_vae.py")
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"], cause["verified_fix"]) == ("data", "DA204", True)
+    assert any("re-ran with inputs standardized: batch[0]" in line for line in cause["evidence"])
+
+
 def test_hand_indexed_batches_are_located(nandoctor):
     result = nandoctor("run", "data_hand_indexed.py", *STAGES)
     assert result.exit_code == 1, result.stdout + result.stderr

@@ -84,6 +84,20 @@ def test_parameter_writes_are_traced_through_aliases():
     assert writes.line_of(layer.weight).line == assigned
 
 
+def test_a_parameter_made_on_the_meta_device_keeps_its_line_through_to_empty():
+    writes = ParameterWrites()
+    writes.start()
+    try:
+        with torch.device("meta"):
+            layer = nn.Linear(8, 4)
+            layer.scale = nn.Parameter(torch.ones(1))
+            created = _previous_line()
+        layer.to_empty(device="cpu")
+    finally:
+        writes.stop()
+    assert writes.line_of(layer.scale).line == created
+
+
 def _previous_line() -> int:
     """The line above the caller's: the write just before it."""
     import sys
@@ -206,3 +220,14 @@ def test_weights_born_outside_an_ops_domain_are_the_init_at_the_line_that_set_th
     cause = result.report["causes"][0]
     assert (cause["category"], cause["code"]) == ("initialization", "IN102")
     assert cause["location"]["line"] == line_of(script, "the line to fix")
+
+
+def test_a_parameter_never_initialized_is_located_where_it_was_created(nandoctor):
+    # A CRF's transition scores made with torch.empty and never filled: a bare Parameter of
+    # the user's own module, not a layer the scale check knows, and 1-D.
+    script = "init_uninitialized_crf.py"
+    result = nandoctor("run", script, *STAGES)
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("initialization", "IN302")
+    assert cause["location"]["line"] == line_of(script, "the line to fix")
+    assert any("crf.start (5,)" in line for line in cause["evidence"])

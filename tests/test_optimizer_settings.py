@@ -7,7 +7,7 @@ import pytest
 
 from conftest import line_of
 from nandoctor.optimizer_settings import absurd_settings
-from nandoctor.source_values import where_written
+from nandoctor.source_values import clip_setting, where_written
 
 
 def _optimizer(kind: str, **settings) -> dict:
@@ -76,3 +76,53 @@ def test_an_absurd_weight_decay_outranks_the_learning_rate_it_interacts_with(nan
     top = result.report["causes"][0]
     assert top["category"] == "optimizer_config" and top["verified_fix"] is True
     assert top["location"]["line"] == line_of("adamw_decay_typo.py", '"--weight-decay"')
+
+
+def test_an_lbfgs_without_a_line_search_is_fixed_by_one_when_its_rerun_trains(nandoctor):
+    # L-BFGS at its defaults (lr=1, no line search) blows a curve fit up; the learning-rate
+    # sweep trains too, at x1/100, but the line search keeps the rate and is the setting.
+    script = "optimizer_lbfgs_no_line_search.py"
+    result = nandoctor("run", script, "--stages", "anomaly")
+    assert result.exit_code == 1
+    top = result.report["causes"][0]
+    assert (top["category"], top["code"], top["verified_fix"]) == (
+        "optimizer_config",
+        "OC603",
+        True,
+    )
+    assert top["location"]["line"] == line_of(script, "# fix here")
+    assert "line_search_fn='strong_wolfe'" in top["evidence"][-1]
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        ("optimizer_config = dict(grad_clip=None)\n", 1),  # an mmcv-style config
+        ("cfg = {'lr': 0.1, 'clip_grad': None}\n", 1),
+        (
+            "import argparse\np = argparse.ArgumentParser()\np.add_argument('--clip', default=5.0)\n"
+            "torch.nn.utils.clip_grad_norm_(m.parameters(), args.clip)\n",
+            3,
+        ),
+        ("args = TrainingArguments('out', max_grad_norm=0.0)\n", 1),
+        ("trainer = Trainer(gradient_clip_val=None)\n", 1),
+        ("x = 1\ntorch.nn.utils.clip_grad_norm_(params, max_norm=50.0)\n", 2),
+        # a PPO ratio clip named `clip` in a script that never clips gradients
+        (
+            "p.add_argument('--clip', default=0.2)\nratio.clamp(1 - args.clip, 1 + args.clip)\n",
+            None,
+        ),
+        ("emb = nn.Embedding(10, 4, max_norm=1.0)\n", None),  # a renorm, not clipping
+    ],
+)
+def test_the_line_where_a_script_sets_its_gradient_clipping(tmp_path, source, line):
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    found = clip_setting(str(script))
+    assert (found.line if found else None) == line
+
+
+def test_a_clipping_option_given_on_the_command_line_is_said_to_be(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("p.add_argument('--max-grad-norm', type=float, default=0.0)\n")
+    assert clip_setting(str(script), ("--max-grad-norm=0",)).how == "the command line"

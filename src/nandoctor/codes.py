@@ -201,8 +201,10 @@ _CODES = (
         "DA204",
         "data_scan",
         "inputs far from unit scale",
-        "batch values whose magnitude exceeds the data scan's threshold",
-        ("precision_half_overflow.py",),
+        "batch values whose magnitude exceeds the data scan's threshold; in a run that failed, "
+        "floating batch tensors whose RMS exceeds the scale threshold, with a re-run that "
+        "standardizes them: a cause when that re-run trains",
+        ("precision_half_overflow.py", "data_raw_counts_vae.py"),
     ),
     Code(
         "DA205",
@@ -223,8 +225,9 @@ _CODES = (
         "IN302",
         "init_check",
         "non-finite weights before training",
-        "parameters that hold NaN/Inf at the first forward pass",
-        ("init_nonfinite_weight.py",),
+        "parameters that hold NaN/Inf at the first forward pass, bare `nn.Parameter`s of "
+        "the user's own modules included, located at the line that last set them",
+        ("init_nonfinite_weight.py", "init_uninitialized_crf.py"),
     ),
     Code(
         "IN303",
@@ -341,6 +344,14 @@ _CODES = (
         "optimizer settings far outside any sensible range",
         "an optimizer built with weight decay, momentum, betas or eps outside their ranges",
         ("adamw_decay_typo.py",),
+    ),
+    Code(
+        "OC603",
+        "diagnosis",
+        "L-BFGS takes full quasi-Newton steps without a line search",
+        "a run that failed with an LBFGS built with line_search_fn=None; a cause when its "
+        're-run with line_search_fn="strong_wolfe" trains',
+        ("optimizer_lbfgs_no_line_search.py",),
     ),
 )
 CODES: dict[str, Code] = {entry.code: entry for entry in _CODES}

@@ -18,11 +18,12 @@ from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_fin
 from nandoctor.config import Config
 from nandoctor.distributed import primary_rank, rank_summaries
 from nandoctor.instrument.precision import REDUCED_DTYPES
-from nandoctor.optimizer_settings import settings_findings
+from nandoctor.optimizer_settings import line_search_findings, settings_findings
 from nandoctor.ranking import (
     RunFacts,
     apply_causal_rules,
     apply_verified_rules,
+    at_the_clip_setting,
     at_the_producing_line,
     at_the_written_value,
     rank_causes,
@@ -343,6 +344,7 @@ def diagnose(
         completed = run_stages(context, config.stages, progress)
         findings = [f for outcome in context.earlier.values() for f in outcome.findings]
         findings += settings_findings(watch.all("optimizer"))
+        findings += line_search_findings(watch.all("optimizer"), watch.nonfinite is not None)
         sweep = context.earlier.get("lr_sweep")
         rate_ruled_out = rules_out_the_rate(sweep.result if sweep else None)
         if rate_ruled_out:
@@ -353,6 +355,7 @@ def diagnose(
             if completed:
                 findings = apply_verified_rules(verify_findings(context, findings))
             findings = at_the_written_value(findings, target.args)
+            findings = at_the_clip_setting(findings, target.absolute_script, target.args)
             findings = at_the_producing_line(findings, watch.all("numpy_error"), watch.failed_step)
         except KeyboardInterrupt:  # the report is written with what the stages found
             completed = False

@@ -80,6 +80,39 @@ def settings_findings(optimizers: list[dict]) -> list[Finding]:
     return findings
 
 
+def line_search_findings(optimizers: list[dict], failed: bool) -> list[Finding]:
+    """An L-BFGS without a line search takes its quasi-Newton step at full length (lr=1 by
+    default): one poor curvature estimate gives a huge step. In a run that failed, its re-run
+    with a strong-Wolfe line search is the evidence (torch's docs recommend one)."""
+    if not failed:
+        return []
+    return [
+        Finding(
+            stage="diagnosis",
+            category="optimizer_config",
+            title=f"{optimizer['type']} takes full quasi-Newton steps without a line search",
+            confidence=0.6,
+            evidence=(
+                f"{optimizer['type']} is built with line_search_fn=None: each step is "
+                f"lr={optimizer['settings'].get('lr', 1):g} times the quasi-Newton "
+                "direction, however poor the curvature estimate",
+            ),  # fmt: skip
+            fix=f'build {optimizer["type"]} with `line_search_fn="strong_wolfe"`',
+            location=Location.from_dict(optimizer.get("location")),
+            remedy={
+                "kind": "optimizer_settings",
+                "index": optimizer.get("index"),
+                "settings": {"line_search_fn": "strong_wolfe"},
+            },  # fmt: skip
+            code="OC603",
+        )
+        for optimizer in optimizers
+        if optimizer["type"] == "LBFGS"
+        and "line_search_fn" in optimizer.get("settings", {})
+        and optimizer["settings"]["line_search_fn"] is None
+    ]
+
+
 def describe_settings(settings: dict, quote: str = "") -> str:
     """`weight_decay=0.01, betas=(0.9, 0.999)`: settings as they are written in Python, each
     between `quote`s."""
@@ -87,6 +120,8 @@ def describe_settings(settings: dict, quote: str = "") -> str:
 
 
 def _literal(value) -> str:
+    if isinstance(value, str):
+        return repr(value)
     return str(tuple(value)) if isinstance(value, list) else f"{value:g}"
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from nandoctor.codes import measured_confidence
 from nandoctor.gradient_spikes import cliff_finding, find_cliff
 from nandoctor.report.model import Cause, Finding, Location
-from nandoctor.source_values import where_written
+from nandoctor.source_values import clip_setting, where_written
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1}
 _GROWTH_FACTOR_LOSS = 10.0  # loss before the failure this many times its early minimum...
@@ -333,6 +333,31 @@ def at_the_written_value(findings: list[Finding], script_args=()) -> list[Findin
     is written (`lr = 3.0`, an argparse default, a config entry), the constructor that uses it
     staying as evidence: that literal is what the user edits."""
     return [_relocated(f, script_args) for f in findings]
+
+
+def at_the_clip_setting(findings: list[Finding], script: str, script_args=()) -> list[Finding]:
+    """A clipping fix leads with the line where the script sets its gradient clipping (a config's
+    `grad_clip=None`, an argparse `--clip` default, its own `clip_grad_norm_` call): that is what
+    the user edits. Without such a setting, the line that builds the optimizer stays."""
+    return [_at_the_clip_setting(f, script, script_args) for f in findings]
+
+
+def _at_the_clip_setting(finding: Finding, script: str, script_args) -> Finding:
+    if (finding.remedy or {}).get("kind") != "clip_gradients":
+        return finding
+    files = dict.fromkeys([script, *([finding.location.file] if finding.location else [])])
+    found = ((f, clip_setting(f, tuple(script_args))) for f in files)
+    file, setting = next(((f, s) for f, s in found if s is not None), (None, None))
+    if setting is None:
+        return finding
+    if setting.how == "the command line":
+        note = f"gradient clipping is set on the command line ({setting.code})"
+        return dataclasses.replace(finding, evidence=(*finding.evidence, note))
+    note = f"the script sets its gradient clipping at line {setting.line}: `{setting.code}`"
+    if finding.location is not None:
+        note += f"; the optimizer is built at {finding.location.short()}"
+    moved = Location(file, setting.line, None, setting.code)
+    return dataclasses.replace(finding, location=moved, evidence=(*finding.evidence, note))
 
 
 def at_the_producing_line(

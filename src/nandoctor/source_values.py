@@ -61,6 +61,77 @@ def _option_or_entry(tree, lines, value, script_args) -> WrittenAt | None:
     return _at(entry, lines, "a config entry") if entry is not None else None
 
 
+# Names a gradient-clipping setting goes by: `grad_clip`, `clip_grad_norm`, `gradient_clip_val`
+# (Lightning), `max_grad_norm` (the HF Trainer, accelerate scripts), `clip_norm`.
+_CLIP_NAMES = ("max_grad_norm", "clipnorm", "grad_norm_clip")
+# A bare `clip` is gradient clipping only where the script clips gradients itself: PPO scripts
+# call their ratio clip `clip` too.
+_BARE_CLIP = "clip"
+_CLIPS_GRADIENTS = ("clip_grad_norm", "clip_grad_value", "clip_gradients")
+
+
+def clip_setting(file: str, script_args=()) -> WrittenAt | None:
+    """Where the script sets its gradient clipping (`grad_clip=None` in a config, an argparse
+    `--clip` default, `max_grad_norm=0` in a call), or None when it has no such setting: the
+    line a user edits to clip, or to clip tighter."""
+    tree, lines = _parse(file)
+    if tree is None:
+        return None
+    clips_itself = any(word in line for line in lines for word in _CLIPS_GRADIENTS)
+    found = [
+        (node.lineno, name, value)
+        for node, name, value in _settings(tree)
+        if _is_clip_name(name, clips_itself)
+    ]
+    if not found:
+        return None
+    line, name, value = min(found, key=lambda item: item[0])
+    if value is None:  # an argparse option
+        option = _argparse_option(tree, name.lstrip("-").replace("-", "_"))
+        if option is not None and any(a.split("=")[0] in option[0] for a in script_args):
+            return WrittenAt(0, " ".join(script_args), "the command line")
+    return WrittenAt(line, lines[line - 1].strip() if 0 < line <= len(lines) else "", name)
+
+
+def _called_name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _is_clip_name(name: str, clips_itself: bool) -> bool:
+    name = name.lower().lstrip("-").replace("-", "_")
+    if name == _BARE_CLIP:
+        return clips_itself
+    return name in _CLIP_NAMES or ("clip" in name and ("grad" in name or "norm" in name))
+
+
+def _settings(tree: ast.AST):
+    """(node, name, value node) of every place a script names a setting: argparse options (value
+    None), dict entries, keyword arguments, and assignments to a name or an attribute."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            called = _called_name(node)
+            if called == "add_argument":
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                        yield node, arg.value, None
+                continue
+            if called.startswith(_CLIPS_GRADIENTS):  # the clipping call is a setting too
+                yield node, called, node
+            for keyword in node.keywords:
+                if keyword.arg:
+                    yield keyword.value, keyword.arg, keyword.value
+        elif isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    yield value, key.value, value
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            for target in _targets(node):
+                name = target.id if isinstance(target, ast.Name) else _attribute_or_key(target)
+                if name:
+                    yield node, name, node.value
+
+
 @functools.lru_cache(maxsize=8)
 def _parse(file: str) -> tuple[ast.AST | None, tuple[str, ...]]:
     try:

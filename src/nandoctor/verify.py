@@ -31,6 +31,11 @@ def describe_remedy(remedy: dict) -> str:
         return f"gradients clipped to norm {remedy['max_norm']:g}"
     if kind == "sanitize_inputs":
         return "NaN/Inf in the inputs replaced by 0"
+    if kind == "standardize_inputs":
+        return "inputs standardized: " + ", ".join(
+            f"{path} as (x - {mean:.4g}) / {std:.4g}"
+            for path, (mean, std) in remedy["tensors"].items()
+        )
     if kind == "reinitialize":
         return f"default initialization of {', '.join(remedy['modules'])}"
     if kind == "float32":
@@ -57,6 +62,8 @@ def horizon(context: StageContext, start: Start = FROM_THE_START) -> int:
 # them exactly as a run from step 0 would. The others act when the model or optimizer is built
 # (settings, initialization, dtype) and need the script from its start.
 _AT_EACH_STEP = ("guard_op", "sanitize_inputs")
+# A model trained on other inputs up to a rewind point would see a shifted distribution.
+_FROM_THE_FIRST_BATCH = ("standardize_inputs",)
 # Acting earlier could have prevented the failure: the run resumes some steps before it.
 _OVER_STEPS = ("clip_gradients",)
 
@@ -70,6 +77,9 @@ def treatment_start(context: StageContext, remedy: dict) -> Start:
     if kind in _OVER_STEPS:  # the remedy needs steps to act
         return start_for(context.watch.events, latest=failed_at,
                          lead=context.config.verify.min_margin)  # fmt: skip
+    if kind in _FROM_THE_FIRST_BATCH:
+        return Start(None, f"from step 0: with {describe_remedy(remedy)}, the model learns on "
+                           "those inputs from its first batch")  # fmt: skip
     return Start(None, f"from step 0: {describe_remedy(remedy)} acts when the script builds "
                        "its model or optimizer")  # fmt: skip
 

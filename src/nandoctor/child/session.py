@@ -587,7 +587,7 @@ class WatchSession:
 _LARGE_LOSS_SCALE = 1e3  # a loss multiplied by this much before backward() is a scaled loss
 
 _REPORTED_SETTINGS = ("lr", "eps", "betas", "momentum", "weight_decay", "nesterov", "alpha",
-                      "foreach", "fused", "amsgrad", "maximize")  # fmt: skip
+                      "foreach", "fused", "amsgrad", "maximize", "line_search_fn")  # fmt: skip
 
 
 def _plain(value):

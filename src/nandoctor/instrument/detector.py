@@ -330,11 +330,18 @@ class NonfiniteDetector(TorchDispatchMode):
             nonfinite=counts.describe(),
             has_nan=counts.nan > 0,
             kind=NONFINITE_PARAMETER if parameter else NONFINITE_INPUT,
+            facts=self._parameter_named(t) if parameter else {},
             constant=constant and not parameter,
             inputs_nonfinite=True,
             **({} if step is None else {"step": step}),
         )
         return birth
+
+    def _parameter_named(self, t: torch.Tensor) -> dict:
+        """{"parameter": its name in the model}: the init check knows where that name was set."""
+        modules = getattr(self.context, "modules", None)
+        name = modules.parameter_name(t) if modules is not None else None
+        return {"parameter": name} if name else {}
 
     def _received_birth(self, t: torch.Tensor, counts) -> Birth:
         """NaN/Inf that appeared in a tensor during backward or the optimizer step of a

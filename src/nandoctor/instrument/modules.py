@@ -61,6 +61,14 @@ class ModuleTracker:
     def name_of(self, module: torch.nn.Module) -> str | None:
         return self._names.get(id(module))
 
+    def parameter_name(self, t: torch.Tensor) -> str | None:
+        """The qualified name of a parameter of a watched model (`head.prototypes`), or None."""
+        for root in self.roots:
+            for name, param in root.named_parameters():
+                if param is t:
+                    return name
+        return None
+
     def adopt(self, root: torch.nn.Module) -> None:
         """Name `root`'s modules and parameters before its first call."""
         root = uncompiled(root)

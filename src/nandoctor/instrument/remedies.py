@@ -5,6 +5,9 @@ Each remedy is described by a plain dict (it travels in the child's options):
   user line, inside its domain (clamp), above autograd, so gradients see the guard too;
 - {"kind": "clip_gradients", "max_norm": C}: clip gradients before every optimizer step;
 - {"kind": "sanitize_inputs"}: replace NaN/Inf in batches and in tensors made from outside data;
+- {"kind": "standardize_inputs", "tensors": {path: [mean, std]}}: each of those batch tensors
+  (`batch[0]`, or `input[0]` of a model called on tensors without a DataLoader) becomes
+  (x - mean) / std as it is consumed;
 - {"kind": "reinitialize", "modules": [...]}: default re-initialization of those modules;
 - {"kind": "float32"}: keep the model in float32 (no .half()/.bfloat16(), autocast disabled);
 - {"kind": "optimizer_eps", "eps": E}: optimizers built with eps <= 0 get eps = E;
@@ -18,8 +21,10 @@ import os
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
 
 from nandoctor.fixes import CALLS, GUARDS, guard_for
+from nandoctor.instrument.batches import iter_leaves
 from nandoctor.instrument.frames import find_user_frame
 from nandoctor.instrument.tensors import iter_tensors, params_of
 
@@ -131,6 +136,28 @@ def _sanitize_inputs(remedy: dict, session) -> None:
     session.hooks.tensor_sources(lambda name, result: _sanitized(result))
 
 
+def _standardize_inputs(remedy: dict, session) -> None:
+    scales = remedy["tensors"]
+    # Each tensor once: a full-batch script feeds the same tensor every step, and a slice of a
+    # dataset tensor is standardized through that tensor, so every epoch sees it scaled once.
+    done = WeakIdKeyDictionary()
+
+    def standardize(value, prefix: str) -> None:
+        with torch.no_grad():
+            for path, t in iter_leaves(value, prefix):
+                if path not in scales or not t.is_floating_point():
+                    continue
+                whole = t if t._base is None else t._base
+                if whole in done:
+                    continue
+                done[whole] = True
+                mean, std = scales[path]
+                whole.sub_(mean).div_(std)
+
+    session.on_batch.append(lambda batch, step: standardize(batch, "batch"))
+    session.modules.on_root_forward.insert(0, lambda module, args: standardize(args, "input"))
+
+
 def _reinitialize(remedy: dict, session) -> None:
     wanted = set(remedy["modules"])
     done: set[int] = set()
@@ -204,6 +231,7 @@ def apply_remedy(remedy: dict, session) -> None:
         "optimizer_settings": _optimizer_settings,
         "clip_gradients": _clip_gradients,
         "sanitize_inputs": _sanitize_inputs,
+        "standardize_inputs": _standardize_inputs,
         "reinitialize": _reinitialize,
         "float32": _keep_float32,
     }

@@ -33,11 +33,16 @@ _NOT_WRITES = {"requires_grad_", "share_memory_", "detach_", "retain_grad", "rec
 _MODULE_FILE = os.path.abspath(module_globals.__file__)
 
 
-def _storage_key(t: torch.Tensor) -> int | None:
+def _storage_key(t: torch.Tensor):
+    """The storage address; a meta tensor (no storage yet, as `init_empty_weights` and
+    `torch.device("meta")` make them) by its own identity until `to_empty` gives it one."""
     try:
-        return t.untyped_storage().data_ptr() or None
-    except Exception:  # tensor subclasses and meta tensors without a storage
-        return None
+        address = t.untyped_storage().data_ptr()
+    except Exception:  # tensor subclasses without a storage
+        address = 0
+    if address:
+        return address
+    return ("meta", id(t)) if getattr(t, "is_meta", False) else None
 
 
 def _first_tensor(args, kwargs) -> torch.Tensor | None:
@@ -149,7 +154,18 @@ class ParameterWrites(TorchFunctionMode):
         if target is not None:
             line = self._lines.get(moved_from) if moved_from is not None else find_user_frame()
             self._remember(target, line)
+        elif isinstance(result, torch.Tensor):
+            self._follow_a_move(args, result)
         return result
+
+    def _follow_a_move(self, args, result: torch.Tensor) -> None:
+        """`to_empty()` and a move between devices whose tensors cannot share a type (meta to
+        CPU) make a new parameter from `empty_like(p)` / `p.to(...)` in `Module._apply`: it
+        was set where `p` was."""
+        source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        key = _storage_key(source) if source is not None else None
+        if key in self._lines and _storage_key(result) != key and _moved_by_module_apply():
+            self._remember(result, self._lines[key])
 
     def _registered(self, module, name, param) -> None:
         if param is None or not self.active or os.getpid() != self._pid:

@@ -39,6 +39,8 @@ def run(context: StageContext) -> StageOutcome:
         finding = _compiled_only(first, rerun)  # no op to guess at: the compiler is the lead
     if finding.code == "IN102":
         finding = _at_the_init_line(finding, context.watch, first.module)
+    if finding.code == "IN101":
+        finding = _where_the_parameter_was_set(finding, context.watch, first.facts.get("parameter"))
     where = f" at {first.location.short()}" if first.location else ""
     summary = f"{first.op} in {first.phase}{where}, step {first.step}: {first.explanation}"
     result = StageResult("ran", summary, context.watch.duration_s)
@@ -59,6 +61,17 @@ def _at_the_init_line(finding: Finding, watch, module: str | None) -> Finding:
         *finding.evidence,
         f"these weights were last set at {set_at.short()}: {set_at.code}",
     )
+    return dataclasses.replace(finding, location=set_at, evidence=evidence)
+
+
+def _where_the_parameter_was_set(finding: Finding, watch, name: str | None) -> Finding:
+    """A parameter no op made non-finite was wrong where it was set (`torch.empty` never
+    filled, a checkpoint): that line leads, the line that read it stays as evidence."""
+    written = [e.get("parameters_written") or {} for e in watch.all("init_forward")]
+    set_at = next((Location.from_dict(w[name]) for w in written if name in w), None)
+    if set_at is None:
+        return finding
+    evidence = (*finding.evidence, f"{name} was last set at {set_at.short()}: {set_at.code}")
     return dataclasses.replace(finding, location=set_at, evidence=evidence)
 
 

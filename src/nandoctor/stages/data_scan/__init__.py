@@ -25,6 +25,9 @@ class Settings:
     """Settings of this stage (the `data_scan:` section of a profile)."""
 
     magnitude_threshold: float = 1.0e4  # |x| above this in a floating batch tensor is flagged
+    # In a run that failed, a floating batch tensor whose root-mean-square is above this (raw
+    # pixel values, counts, prices) gets a re-run with that tensor standardized.
+    scale_threshold: float = 100.0
     max_positions: int = 8  # sample, feature and dataset indices listed per problem
     max_leaves: int = 64  # tensor leaves summarized per batch (nested batches)
     forward_calls_per_step: int = 4  # root-module forward calls per step whose inputs are scanned
@@ -55,7 +58,7 @@ def run(context: StageContext) -> StageOutcome:
         for f in (
             nonfinite_finding(watch, batches),
             *target_findings(watch, targets),
-            magnitude_finding(batches, settings.magnitude_threshold, failed),
+            magnitude_finding(batches, settings, failed, _details(batches)["tensors"]),
             constant_finding(batches),
         )
         if f is not None

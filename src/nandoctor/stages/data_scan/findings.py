@@ -253,30 +253,65 @@ def _out_of_range_finding(watch, outside: list[dict]) -> Finding:
 
 
 # ---- magnitudes and constant samples ----------------------------------------------------------
-def magnitude_finding(batches: list[dict], threshold: float, failed: bool) -> Finding | None:
+def magnitude_finding(batches: list[dict], settings, failed: bool, tensors: dict) -> Finding | None:
+    """Values far above unit scale: |x| above the magnitude threshold anywhere, or, in a run
+    that failed, floating tensors whose RMS is above the scale threshold. Those get a remedy
+    that standardizes them, so the re-run says whether their scale is what failed."""
+    large = _large_tensors(tensors, settings.scale_threshold) if failed else {}
     big = [(e, leaf) for e in batches for leaf in e["leaves"] if leaf.get("big_values")]
-    if not big:
+    if not big and not large:
         return None
-    event, leaf = max(big, key=lambda item: item[1]["largest"])
+    evidence = []
+    if big:
+        event, leaf = max(big, key=lambda item: item[1]["largest"])
+        path, largest = leaf["path"], leaf["largest"]
+        evidence += [
+            f"step {event['step']}: {leaf['big_values']} values of {leaf['path']} "
+            f"{tuple(leaf['shape'])} have |x| > {settings.magnitude_threshold:g}, in "
+            f"{leaf['big_samples']} samples (samples {listed(leaf['big_at'])})",
+            f"{len(big)} tensor(s) in {len({id(e) for e, _ in big})} batches had such values",
+        ]
+    else:
+        path = max(large, key=lambda p: _rms(tensors[p]))
+        largest = max(abs(tensors[path]["min"]), abs(tensors[path]["max"]))
+        event = next(e for e in batches if any(leaf["path"] == path for leaf in e["leaves"]))
+    for name in large or [path]:
+        t = tensors.get(name)
+        if t:
+            evidence.append(
+                f"{name} over {t['batches']} scanned batches: mean {t['mean']:.4g}, std "
+                f"{t['std']:.4g}, range {t['min']:.4g}..{t['max']:.4g} (RMS {_rms(t):.4g})"
+            )
     return Finding(
         stage=NAME,
         category="data",
-        title=f"values up to {leaf['largest']:.4g} in {leaf['path']}: inputs far from unit scale",
+        title=f"values up to {largest:.4g} in {path}: inputs far from unit scale",
         confidence=0.4,
-        evidence=(
-            f"step {event['step']}: {leaf['big_values']} values of {leaf['path']} "
-            f"{tuple(leaf['shape'])} have |x| > {threshold:g}, in "
-            f"{leaf['big_samples']} samples (samples {listed(leaf['big_at'])})",
-            f"that tensor: mean {leaf['mean']:.4g}, std {leaf['std']:.4g}, "
-            f"range {leaf['min']:.4g}..{leaf['max']:.4g}",
-            f"{len(big)} tensor(s) in {len({id(e) for e, _ in big})} batches had such values",
-        ),
+        evidence=tuple(evidence),
         fix="normalize the inputs, e.g. `(x - mean) / std` per feature with statistics of the "
         "training set (and scale regression targets the same way)",
         location=Location.from_dict(event.get("location")),
         severity="warning" if failed else "hint",
+        remedy=_standardize(large, tensors) if large else None,
         code="DA204",
     )
+
+
+def _large_tensors(tensors: dict, threshold: float) -> dict:
+    """Floating tensors whose values are, as a whole, far from unit scale."""
+    return {path: t for path, t in tensors.items()
+            if "float" in t["dtype"] and _rms(t) > threshold}  # fmt: skip
+
+
+def _rms(t: dict) -> float:
+    return (t["mean"] ** 2 + t["std"] ** 2) ** 0.5
+
+
+def _standardize(large: dict, tensors: dict) -> dict:
+    """The re-run's remedy: each of these tensors, as it is consumed, becomes (x - mean) / std
+    with the statistics of the scanned batches."""
+    scaled = {path: [t["mean"], t["std"] or _rms(t)] for path, t in large.items()}
+    return {"kind": "standardize_inputs", "tensors": scaled}
 
 
 def constant_finding(batches: list[dict]) -> Finding | None:

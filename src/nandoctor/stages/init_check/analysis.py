@@ -21,6 +21,7 @@ class ModelCheck:
         self.settings = settings
         self.root = event["root"]
         self.layers = event["layers"]
+        self.nonfinite_params = event.get("nonfinite_params") or []
         self.leaves = [a for a in event["activations"] if a["leaf"]]
         self.order = {a["name"]: i for i, a in reversed(list(enumerate(self.leaves)))}
         self.input = event.get("input")

@@ -151,17 +151,28 @@ def _finding(code, title, evidence, fix, severity, weights=()) -> Finding:
 
 
 def _nonfinite_weights(check: ModelCheck) -> Finding | None:
-    bad = [w for _, w in check.weights() if not w.get("finite", True)]
+    bad = check.nonfinite_params or [w for _, w in check.weights() if not w.get("finite", True)]
     if not bad:
         return None
     return _finding(
         "IN302",
         f"non-finite weights before training: {names_of([w['param'] for w in bad])}",
-        [f"{w['param']} {tuple(w['shape'])} holds NaN/Inf at the first forward" for w in bad[:8]],
-        "re-initialize these weights; check the checkpoint or init code that set them",
+        [_describe_nonfinite(w) for w in bad[:8]],
+        "initialize these weights (an `nn.init` call, or create them with values: "
+        "`torch.empty` and `torch.Tensor(n)` leave memory as it was); check the checkpoint "
+        "or init code that set them",
         "error",
         bad,
     )
+
+
+def _describe_nonfinite(weight: dict) -> str:
+    text = f"{weight['param']} {tuple(weight['shape'])} holds NaN/Inf at the first forward"
+    if weight.get("nonfinite"):
+        text += f" ({weight['nonfinite']})"
+    if written := Location.from_dict(weight.get("written")):
+        text += f", last set at {written.short()}: {(written.code or '').strip()}"
+    return text
 
 
 def _bias_finding(check: ModelCheck) -> Finding | None:

@@ -9,6 +9,7 @@ Events: `init_forward` (layers, activations) and `init_loss`.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -18,6 +19,7 @@ from nandoctor.child.probes import safely
 from nandoctor.instrument.batches import class_dim_size
 from nandoctor.instrument.losses import LossCall, loss_watch
 from nandoctor.instrument.modules import is_parametrization
+from nandoctor.instrument.tensors import count_nonfinite, is_checked, is_finite
 from nandoctor.instrument.weights import activation_record, describe_layer, first_tensor, layer_kind
 from nandoctor.instrument.writes import ParameterWrites
 
@@ -25,6 +27,9 @@ from nandoctor.instrument.writes import ParameterWrites
 def _first_floating(value) -> torch.Tensor | None:
     t = first_tensor(value)
     return t if t is not None and (t.is_floating_point() or t.is_complex()) else None
+
+
+_MAX_PARAMETERS_NAMED = 4096  # parameters whose write line the `init_forward` event carries
 
 
 class InitProbe:
@@ -41,6 +46,8 @@ class InitProbe:
         self._roots: set[int] = set()
         self._tracing = None  # the root whose first forward is being followed
         self._layers: list[dict] = []
+        self._nonfinite: list[dict] = []
+        self._written: dict[str, dict] = {}
         self._input: dict | None = None
         self._activations: list[dict] = []
         self._loss_seen = False
@@ -70,6 +77,8 @@ class InitProbe:
         self._roots.add(id(module))
         with self.session.quiet():
             self._layers = self._describe_layers(module)
+            self._nonfinite = self._nonfinite_parameters(module)
+            self._written = self._lines_written(module)
             self._input = activation_record(_first_floating(args))
         self._activations = []
         self._tracing = module
@@ -98,6 +107,33 @@ class InitProbe:
                 weight["written"] = line.as_dict() if line else None
             layers.append(layer)
         return layers
+
+    def _lines_written(self, root) -> dict[str, dict]:
+        """{parameter name: the line that last set it}, for a parameter found non-finite later
+        in the run without any op making it (read by the anomaly stage)."""
+        written = {}
+        for name, param in itertools.islice(root.named_parameters(), _MAX_PARAMETERS_NAMED):
+            if line := self.writes.line_of(param):
+                written[name] = line.as_dict()
+        return written
+
+    def _nonfinite_parameters(self, root) -> list[dict]:
+        """Every parameter that holds NaN/Inf before the first forward, with the line that
+        last set it: bare `nn.Parameter`s of the user's own modules (a CRF's transitions, a
+        prototype matrix) included, whatever their shape."""
+        found = []
+        for name, param in root.named_parameters():
+            if is_lazy(param) or not is_checked(param) or is_finite(param):
+                continue
+            line = self.writes.line_of(param)
+            found.append({
+                "param": name,
+                "shape": list(param.shape),
+                "finite": False,
+                "nonfinite": count_nonfinite(param).describe(),
+                "written": line.as_dict() if line else None,
+            })  # fmt: skip
+        return found
 
     def _line_of_source(self, module, weight: torch.Tensor):
         """A weight the module computes from parameters of its own (weight_norm's `weight_g`
@@ -149,6 +185,8 @@ class InitProbe:
                 step=self.session.step,
                 root=name,
                 layers=self._layers,
+                nonfinite_params=self._nonfinite,
+                parameters_written=self._written,
                 input=self._input,
                 activations=self._activations,
             )
