@@ -87,7 +87,7 @@ def clip_setting(file: str, script_args=()) -> WrittenAt | None:
         return None
     line, name, value = min(found, key=lambda item: item[0])
     if value is None:  # an argparse option
-        option = _argparse_option(tree, name.lstrip("-").replace("-", "_"))
+        option = _argparse_option(tree, _dest(name))
         if option is not None and any(a.split("=")[0] in option[0] for a in script_args):
             return WrittenAt(0, " ".join(script_args), "the command line")
     return WrittenAt(line, lines[line - 1].strip() if 0 < line <= len(lines) else "", name)
@@ -98,8 +98,13 @@ def _called_name(call: ast.Call) -> str:
     return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
 
 
+def _dest(flag: str) -> str:
+    """The attribute argparse stores an option under: `--max-grad-norm` -> `max_grad_norm`."""
+    return flag.lstrip("-").replace("-", "_")
+
+
 def _is_clip_name(name: str, clips_itself: bool) -> bool:
-    name = name.lower().lstrip("-").replace("-", "_")
+    name = _dest(name.lower())
     if name == _BARE_CLIP:
         return clips_itself
     return name in _CLIP_NAMES or ("clip" in name and ("grad" in name or "norm" in name))
@@ -194,7 +199,7 @@ def _argparse_option(tree: ast.AST, dest: str) -> tuple[set[str], ast.Call] | No
         explicit = next((k.value.value for k in node.keywords if k.arg == "dest"
                          and isinstance(k.value, ast.Constant)), None)  # fmt: skip
         longest = max(flags, key=len, default="")
-        if dest in (explicit, longest.lstrip("-").replace("-", "_")):
+        if dest in (explicit, _dest(longest)):
             return flags, node
     return None
 

@@ -53,17 +53,18 @@ def run(context: StageContext) -> StageOutcome:
         return StageOutcome(StageResult("ran", summary))
     settings = context.config.data_scan
     failed = watch.nonfinite is not None
+    details = _details(batches)
     findings = [
         f
         for f in (
             nonfinite_finding(watch, batches),
             *target_findings(watch, targets),
-            magnitude_finding(batches, settings, failed, _details(batches)["tensors"]),
+            magnitude_finding(batches, settings, failed, details["tensors"]),
             constant_finding(batches),
         )
         if f is not None
     ]
-    result = StageResult("ran", _summary(batches, targets, findings), details=_details(batches))
+    result = StageResult("ran", _summary(batches, targets, findings), details=details)
     return StageOutcome(result, findings)
 
 

@@ -9,7 +9,6 @@ Events: `init_forward` (layers, activations) and `init_loss`.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import torch
@@ -77,8 +76,7 @@ class InitProbe:
         self._roots.add(id(module))
         with self.session.quiet():
             self._layers = self._describe_layers(module)
-            self._nonfinite = self._nonfinite_parameters(module)
-            self._written = self._lines_written(module)
+            self._written, self._nonfinite = self._parameter_records(module)
             self._input = activation_record(_first_floating(args))
         self._activations = []
         self._tracing = module
@@ -108,32 +106,27 @@ class InitProbe:
             layers.append(layer)
         return layers
 
-    def _lines_written(self, root) -> dict[str, dict]:
-        """{parameter name: the line that last set it}, for a parameter found non-finite later
-        in the run without any op making it (read by the anomaly stage)."""
-        written = {}
-        for name, param in itertools.islice(root.named_parameters(), _MAX_PARAMETERS_NAMED):
-            if line := self.writes.line_of(param):
+    def _parameter_records(self, root) -> tuple[dict[str, dict], list[dict]]:
+        """In one pass over the parameters: {name: the line that last set it} (read by the
+        anomaly stage for a parameter found non-finite later without any op making it), and
+        every parameter that already holds NaN/Inf, with that line: bare `nn.Parameter`s of
+        the user's own modules (a CRF's transitions, a prototype matrix) included, whatever
+        their shape."""
+        written, nonfinite = {}, []
+        for index, (name, param) in enumerate(root.named_parameters()):
+            line = self.writes.line_of(param)
+            if line and index < _MAX_PARAMETERS_NAMED:
                 written[name] = line.as_dict()
-        return written
-
-    def _nonfinite_parameters(self, root) -> list[dict]:
-        """Every parameter that holds NaN/Inf before the first forward, with the line that
-        last set it: bare `nn.Parameter`s of the user's own modules (a CRF's transitions, a
-        prototype matrix) included, whatever their shape."""
-        found = []
-        for name, param in root.named_parameters():
             if is_lazy(param) or not is_checked(param) or is_finite(param):
                 continue
-            line = self.writes.line_of(param)
-            found.append({
+            nonfinite.append({
                 "param": name,
                 "shape": list(param.shape),
                 "finite": False,
                 "nonfinite": count_nonfinite(param).describe(),
                 "written": line.as_dict() if line else None,
             })  # fmt: skip
-        return found
+        return written, nonfinite
 
     def _line_of_source(self, module, weight: torch.Tensor):
         """A weight the module computes from parameters of its own (weight_norm's `weight_g`
