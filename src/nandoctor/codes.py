@@ -324,6 +324,16 @@ _CODES = (
         ("gradient_cliff_rnn.py",),
     ),
     Code(
+        "EG603",
+        "diagnosis",
+        "the script's own gradient clipping never acted",
+        "in a run that failed, a clip_grad_norm_/clip_grad_value_ call before the failure was "
+        "given no tensors (a consumed `model.parameters()` generator), none with a gradient, or "
+        "ran after optimizer.step(); a cause when its re-run, clipping at the script's max_norm "
+        "before each step, trains",
+        ("clip_consumed_generator.py",),
+    ),
+    Code(
         "LR601",
         "diagnosis",
         "the run diverged before it produced NaN/Inf",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import nandoctor
 from nandoctor import interrupts
 from nandoctor.child.events import first_event, read_events
+from nandoctor.clipping import ineffective_clip_findings
 from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_finite_through
 from nandoctor.config import Config
 from nandoctor.distributed import primary_rank, rank_summaries
@@ -345,6 +346,7 @@ def diagnose(
         findings = [f for outcome in context.earlier.values() for f in outcome.findings]
         findings += settings_findings(watch.all("optimizer"))
         findings += line_search_findings(watch.all("optimizer"), watch.nonfinite is not None)
+        findings += ineffective_clip_findings(watch.all("gradient_clip"), watch.failed_step)
         sweep = context.earlier.get("lr_sweep")
         rate_ruled_out = rules_out_the_rate(sweep.result if sweep else None)
         if rate_ruled_out:

@@ -234,7 +234,8 @@ def _clip_kept_the_rate(finding: Finding) -> bool:
         finding.category == "exploding_gradients"
         and bool(finding.verified_fix)
         and remedy.get("kind") == "clip_gradients"
-        and bool(remedy.get("keeps_the_rate"))
+        # the sweep's clip at x1, or the script's own clip made to act (at its own rate)
+        and bool(remedy.get("keeps_the_rate") or remedy.get("script_clip"))
     )
 
 
@@ -343,8 +344,9 @@ def at_the_clip_setting(findings: list[Finding], script: str, script_args=()) ->
 
 
 def _at_the_clip_setting(finding: Finding, script: str, script_args) -> Finding:
-    if (finding.remedy or {}).get("kind") != "clip_gradients":
-        return finding
+    remedy = finding.remedy or {}
+    if remedy.get("kind") != "clip_gradients" or remedy.get("script_clip"):
+        return finding  # a clip the script has but that never acted is located where it fails
     files = dict.fromkeys([script, *([finding.location.file] if finding.location else [])])
     found = ((f, clip_setting(f, tuple(script_args))) for f in files)
     file, setting = next(((f, s) for f, s in found if s is not None), (None, None))

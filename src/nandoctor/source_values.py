@@ -93,6 +93,26 @@ def clip_setting(file: str, script_args=()) -> WrittenAt | None:
     return WrittenAt(line, lines[line - 1].strip() if 0 < line <= len(lines) else "", name)
 
 
+def clipped_argument(file: str, call_line: int) -> WrittenAt | None:
+    """Where the tensors given to the clipping call at `call_line` were made, when the call is
+    given a name (`clip_grad_norm_(params_to_clip, 1.0)` -> `params_to_clip = ...`), or None."""
+    tree, lines = _parse(file)
+    if tree is None:
+        return None
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and node.lineno <= call_line <= (node.end_lineno or node.lineno)
+             and _called_name(node).startswith(_CLIPS_GRADIENTS)]  # fmt: skip
+    given = [
+        *(call.args[:1] for call in calls),
+        *([k.value] for call in calls for k in call.keywords if k.arg == "parameters"),
+    ]
+    name = next((arg[0] for arg in given if arg and isinstance(arg[0], ast.Name)), None)
+    if name is None:
+        return None
+    value = _last_assignment(tree, name.id, name.lineno)
+    return _at(value, lines, "an assignment") if value is not None else None
+
+
 def _called_name(call: ast.Call) -> str:
     func = call.func
     return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")

@@ -105,6 +105,10 @@ class WatchSession:
         self._param_names: dict[int, str] = {}
         # Leaves the running backward pass writes gradients into, modules' or not.
         self._backward_leaves: list[torch.Tensor] = []
+        # Optimizers that stepped since the last backward pass, and which ways the script's
+        # gradient clipping failed to act have been said (_gradients_clipped).
+        self._stepped_since_backward: list = []
+        self._clip_problems_said: set = set()
         self._param_dtypes: dict[tuple, tuple[str, ...]] = {}
         self._precisions_seen: set[tuple] = set()
         self._autocast_lines: set[tuple | None] = set()
@@ -159,6 +163,7 @@ class WatchSession:
         self.hooks.optimizers_created(self._optimizer_created)
         self.hooks.compile_used(self._compile_used)
         self.hooks.scalar_reads(self._scalar_read)
+        self.hooks.gradient_clips(self._gradients_clipped)
         watch_numpy_errors(self._numpy_error)
         if self.runs_eagerly:
             self.hooks.compile_disabled()
@@ -371,6 +376,40 @@ class WatchSession:
         self._stop_if_asked()
         self._check_loss(outputs)
 
+    def _gradients_clipped(self, kind: str, tensors: list, limit, iterator: bool) -> None:
+        """The script clipped gradients: said at its first call, and again the first time it
+        clipped nothing — no tensors given (an iterator such as `model.parameters()` consumed by
+        an earlier call), none with a gradient, or gradients an optimizer step already used.
+        Clipping the script relies on that never acts is positive evidence for a gradient cause."""
+        if self.paused:  # nandoctor's own clip (a remedy)
+            return
+        with_grad = sum(1 for t in tensors if isinstance(t, torch.Tensor) and t.grad is not None)
+        problem = self._clip_problem(tensors, with_grad)
+        if problem in self._clip_problems_said:
+            return
+        self._clip_problems_said.add(problem)
+        where = find_user_frame()
+        # after the step: the update it came too late for is the step just counted
+        step = self.step - 1 if problem == "after_step" and self.step > 0 else self.step
+        self.events.emit("gradient_clip", kind=kind, problem=problem, step=step,
+                         limit=_as_float(limit), tensors=len(tensors), with_grad=with_grad,
+                         iterator=iterator, location=where.as_dict() if where else None)  # fmt: skip
+
+    def _clip_problem(self, tensors: list, with_grad: int) -> str | None:
+        if not tensors:
+            return "no_tensors"
+        if not with_grad:
+            return "no_gradients"
+        return "after_step" if self._already_used(tensors) else None
+
+    def _already_used(self, tensors: list) -> bool:
+        """Some of `tensors` belong to an optimizer that stepped since the last backward pass:
+        their gradients were consumed before this clip."""
+        with self.quiet():
+            stepped = {id(p) for optimizer in self._stepped_since_backward
+                       for p in params_of(optimizer)}  # fmt: skip
+        return any(id(t) in stepped for t in tensors)
+
     def _after_backward(self, tensors) -> None:
         # Scaled gradients may overflow on purpose; the scaler then skips the step, and the
         # optimizer hook checks the gradients of every step it does not skip.
@@ -384,6 +423,7 @@ class WatchSession:
             self._in_backward = False
             self._closure_running = False  # what follows in step() is the update
             self._backward_leaves = []
+            self._stepped_since_backward = []
         if self.updates_by_hand and not self.stopping:
             self._finish_step([])  # the learning rate lives in the script's own code
 
@@ -412,6 +452,8 @@ class WatchSession:
                 self._report(bad, "parameter", f"parameter {self._name(bad)}", bad)
         self._in_optimizer = False
         self._closure_running = False
+        if optimizer not in self._stepped_since_backward:
+            self._stepped_since_backward.append(optimizer)
         if self._clock is not None and self._clock() is optimizer:
             self._finish_step([_as_float(group.get("lr")) for group in optimizer.param_groups])
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
+import types
 from collections.abc import Callable
 
 import torch
@@ -148,6 +150,38 @@ class HookSet:
 
         scaler_class.scale = scale
         self._undo.append(lambda: setattr(scaler_class, "scale", original))
+
+    def gradient_clips(self, clipped: Callable) -> None:
+        """Call `clipped(kind, tensors, limit, from_an_iterator)` after every
+        `clip_grad_norm_` / `clip_grad_value_`, with the tensors it was given. Frameworks call
+        them through the module attribute at each step (accelerate's and Lightning's clipping,
+        the HF Trainer's), and a script's `from torch.nn.utils import clip_grad_norm_` runs
+        after the hook is in place, so both modules' attributes are replaced."""
+        clip_grad = torch.nn.utils.clip_grad
+        for kind in ("clip_grad_norm_", "clip_grad_value_"):
+            original = getattr(clip_grad, kind)
+            signature = inspect.signature(original)
+
+            def clip(*args, _original=original, _kind=kind, _signature=signature, **kwargs):
+                call = _signature.bind(*args, **kwargs)
+                parameters = call.arguments["parameters"]
+                # Given as an iterator (`model.parameters()`), the tensors can be read once:
+                # listed here, the same list is what the clip itself gets.
+                iterator = not isinstance(parameters, (torch.Tensor, list, tuple))
+                tensors = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+                # torch warns about an empty generator: handed one still, as the script did
+                is_generator = isinstance(parameters, types.GeneratorType)
+                call.arguments["parameters"] = (t for t in tensors) if is_generator else tensors
+                result = _original(*call.args, **call.kwargs)
+                limit = call.arguments.get("max_norm", call.arguments.get("clip_value"))
+                clipped(_kind, tensors, limit, iterator)
+                return result
+
+            clip.__wrapped__ = original
+            clip.__doc__ = original.__doc__
+            for owner in (clip_grad, torch.nn.utils):
+                setattr(owner, kind, clip)
+                self._undo.append(lambda o=owner, k=kind, f=original: setattr(o, k, f))
 
     def scalar_reads(self, read: Callable) -> None:
         """Call `read(tensor, value)` after every `tensor.item()` and `float(tensor)`: the
