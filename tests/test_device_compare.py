@@ -599,3 +599,16 @@ def test_a_precision_cause_made_by_autocast_leads_with_the_autocast_line(nandoct
     assert cause["category"] == "precision"
     assert cause["location"]["line"] == line_of(script, "with torch.autocast(")
     assert any("inside the autocast region entered at" in e for e in cause["evidence"])
+
+
+def test_a_precision_chosen_by_an_option_leads_with_that_option(nandoctor, no_verify):
+    # `--precision` defaults to "16-true" and the script casts its model to float16 for it: that
+    # default is what the user edits; the op that overflowed stays as evidence.
+    script = "precision_option_half.py"
+    result = nandoctor("run", script, "--stages", "anomaly,device_compare", *no_verify)
+    assert result.exit_code == 1
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("precision", "PR401")
+    assert cause["location"]["line"] == line_of(script, "# fix here")
+    op_line = line_of(script, "weights = logits.exp()")
+    assert any("failed in it is at" in e and f":{op_line}" in e for e in cause["evidence"])

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import line_of
 from nandoctor.optimizer_settings import absurd_settings
-from nandoctor.source_values import clip_setting, where_written
+from nandoctor.source_values import clip_setting, precision_setting, where_written
 
 
 def _optimizer(kind: str, **settings) -> dict:
@@ -126,3 +126,28 @@ def test_a_clipping_option_given_on_the_command_line_is_said_to_be(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("p.add_argument('--max-grad-norm', type=float, default=0.0)\n")
     assert clip_setting(str(script), ("--max-grad-norm=0",)).how == "the command line"
+
+
+@pytest.mark.parametrize(
+    ("source", "script_args", "line"),
+    [
+        ('CONFIG = {"lr": 1e-3, "precision": "16-true"}\n', (), 1),  # Lightning, from a config
+        ("p.add_argument('--precision', default='bf16-mixed')\n", (), 1),
+        ("trainer = L.Trainer(max_epochs=3, precision=16)\n", (), 1),
+        ("accelerator = Accelerator(mixed_precision='fp16')\n", (), 1),
+        ("args = TrainingArguments('out', fp16=True)\n", (), 1),
+        ("p.add_argument('--fp16', action='store_true')\n", ("--fp16",), 0),  # given on the line
+        # full precision chosen, or a flag left off: no reduced precision is set
+        ('trainer = L.Trainer(precision="32-true")\n', (), None),
+        ("p.add_argument('--fp16', action='store_true')\n", (), None),
+        ("args = TrainingArguments('out', fp16=False)\n", (), None),
+        ("torch.set_float32_matmul_precision('high')\n", (), None),
+    ],
+)
+def test_the_line_where_a_framework_option_chooses_reduced_precision(
+    tmp_path, source, script_args, line
+):
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    found = precision_setting(str(script), script_args)
+    assert (found.line if found else None) == line

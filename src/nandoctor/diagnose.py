@@ -25,6 +25,7 @@ from nandoctor.ranking import (
     apply_causal_rules,
     apply_verified_rules,
     at_the_clip_setting,
+    at_the_precision_setting,
     at_the_producing_line,
     at_the_written_value,
     rank_causes,
@@ -358,6 +359,8 @@ def diagnose(
                 findings = apply_verified_rules(verify_findings(context, findings))
             findings = at_the_written_value(findings, target.args)
             findings = at_the_clip_setting(findings, target.absolute_script, target.args)
+            findings = at_the_precision_setting(findings, target.absolute_script, target.args,
+                                                facts.autocast)  # fmt: skip
             findings = at_the_producing_line(findings, watch.all("numpy_error"), watch.failed_step)
         except KeyboardInterrupt:  # the report is written with what the stages found
             completed = False

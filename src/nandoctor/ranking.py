@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from nandoctor.codes import measured_confidence
 from nandoctor.gradient_spikes import cliff_finding, find_cliff
 from nandoctor.report.model import Cause, Finding, Location
-from nandoctor.source_values import clip_setting, where_written
+from nandoctor.source_values import clip_setting, precision_setting, where_written
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1}
 _GROWTH_FACTOR_LOSS = 10.0  # loss before the failure this many times its early minimum...
@@ -187,7 +187,7 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
         result = _learning_rate_discounted(
             result, "explained by an optimizer setting far outside any sensible range"
         )
-    if facts.autocast is not None:
+    if facts.autocast is not None and facts.autocast.get("in_script"):
         result = [_at_the_autocast_line(f, facts.autocast) if f.category == "precision" else f
                   for f in result]  # fmt: skip
     if facts.failed_step is not None and (scaled := scaled_loss(facts)):
@@ -343,6 +343,28 @@ def at_the_clip_setting(findings: list[Finding], script: str, script_args=()) ->
     return [_at_the_clip_setting(f, script, script_args) for f in findings]
 
 
+def at_the_precision_setting(
+    findings: list[Finding], script: str, script_args, autocast: dict | None
+) -> list[Finding]:
+    """A reduced precision that a framework option chose (Lightning's `precision="16-true"`, an
+    argparse `--precision` default, accelerate's `mixed_precision`, the HF Trainer's `fp16`) is
+    changed at that option: it leads, the op's own line staying as evidence. An autocast region
+    the script enters itself is its own line (apply_causal_rules), and an optimizer eps that
+    rounds to zero is fixed at the eps."""
+    moves = [f.category == "precision" and f.code not in _FIXED_AT_THE_EPS for f in findings]
+    if not any(moves) or (autocast is not None and autocast.get("in_script")):
+        return findings
+    setting = precision_setting(script, tuple(script_args))
+    if setting is None:
+        return findings
+    return [_at_the_setting(f, script, setting, "the reduced precision is chosen",
+                            "the op that failed in it is at") if move else f
+            for f, move in zip(findings, moves, strict=True)]  # fmt: skip
+
+
+_FIXED_AT_THE_EPS = ("PR102",)
+
+
 def _at_the_clip_setting(finding: Finding, script: str, script_args) -> Finding:
     remedy = finding.remedy or {}
     if remedy.get("kind") != "clip_gradients" or remedy.get("script_clip"):
@@ -352,12 +374,19 @@ def _at_the_clip_setting(finding: Finding, script: str, script_args) -> Finding:
     file, setting = next(((f, s) for f, s in found if s is not None), (None, None))
     if setting is None:
         return finding
+    return _at_the_setting(finding, file, setting, "gradient clipping is set",
+                           "the optimizer is built at")  # fmt: skip
+
+
+def _at_the_setting(finding: Finding, file: str, setting, what: str, was: str) -> Finding:
+    """`finding` led by the line of `setting` (the script's own text for `what`), its former
+    location (`was` ...) kept as evidence; a setting given on the command line is only said."""
     if setting.how == "the command line":
-        note = f"gradient clipping is set on the command line ({setting.code})"
+        note = f"{what} on the command line ({setting.code})"
         return dataclasses.replace(finding, evidence=(*finding.evidence, note))
-    note = f"the script sets its gradient clipping at line {setting.line}: `{setting.code}`"
+    note = f"{what} at line {setting.line}: `{setting.code}`"
     if finding.location is not None:
-        note += f"; the optimizer is built at {finding.location.short()}"
+        note += f"; {was} {finding.location.short()}"
     moved = Location(file, setting.line, None, setting.code)
     return dataclasses.replace(finding, location=moved, evidence=(*finding.evidence, note))
 

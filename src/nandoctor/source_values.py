@@ -78,11 +78,50 @@ def clip_setting(file: str, script_args=()) -> WrittenAt | None:
     if tree is None:
         return None
     clips_itself = any(word in line for line in lines for word in _CLIPS_GRADIENTS)
-    found = [
-        (node.lineno, name, value)
-        for node, name, value in _settings(tree)
-        if _is_clip_name(name, clips_itself)
-    ]
+    return _first_setting(tree, lines, script_args,
+                          lambda name, value: _is_clip_name(name, clips_itself))  # fmt: skip
+
+
+# The options that choose a framework's precision: Lightning's and Fabric's `precision`,
+# accelerate's `mixed_precision`, the HF Trainer's `fp16` / `bf16`.
+_PRECISION_NAMES = ("precision", "mixed_precision")
+_PRECISION_FLAGS = ("fp16", "bf16")
+
+
+def precision_setting(file: str, script_args=()) -> WrittenAt | None:
+    """Where the script chooses a reduced precision through a framework option
+    (`precision="16-true"`, an argparse `--precision` default, `mixed_precision="fp16"`,
+    `fp16=True`), or None: the line a user edits to change the precision."""
+    tree, lines = _parse(file)
+    if tree is None:
+        return None
+    return _first_setting(tree, lines, script_args,
+                          lambda name, value: _chooses_reduced_precision(tree, name, value, script_args))  # fmt: skip
+
+
+def _chooses_reduced_precision(tree, name: str, value, script_args) -> bool:
+    name = _dest(name.lower())
+    if name not in _PRECISION_NAMES + _PRECISION_FLAGS:
+        return False
+    if value is None:  # an argparse option: given on the command line, or its default
+        option = _argparse_option(tree, name)
+        if option is None:
+            return False
+        if any(a.split("=")[0] in option[0] for a in script_args):
+            return True
+        value = next((k.value for k in option[1].keywords if k.arg == "default"), None)
+    if not isinstance(value, ast.Constant):
+        return False
+    if name in _PRECISION_FLAGS:
+        return value.value is True
+    return value.value == 16 or (isinstance(value.value, str) and "16" in value.value)
+
+
+def _first_setting(tree, lines, script_args, matches) -> WrittenAt | None:
+    """The first place the script names a setting `matches(name, value node)` accepts (an
+    argparse option's value node is None), or that the command line gives that option."""
+    found = [(node.lineno, name, value) for node, name, value in _settings(tree)
+             if matches(name, value)]  # fmt: skip
     if not found:
         return None
     line, name, value = min(found, key=lambda item: item[0])

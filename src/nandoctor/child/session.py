@@ -18,6 +18,7 @@ from nandoctor.child.options import ChildOptions
 from nandoctor.instrument.detector import Birth, NonfiniteDetector, StopRun
 from nandoctor.instrument.frames import (
     SourceLine,
+    called_from_user_code,
     find_construction_frame,
     find_user_frame,
     is_library_file,
@@ -369,7 +370,8 @@ class WatchSession:
         self._autocast_lines.add(key)
         dtype = str(getattr(region, "fast_dtype", "")).removeprefix("torch.")
         self.events.emit("autocast", device=getattr(region, "device", None), dtype=dtype,
-                         step=self.step, location=where.as_dict() if where else None)  # fmt: skip
+                         step=self.step, location=where.as_dict() if where else None,
+                         in_script=called_from_user_code())  # fmt: skip
 
     def _grad_scaler_used(self, outputs) -> None:
         self.uses_grad_scaler = True

@@ -75,6 +75,16 @@ def find_user_frame(frame: FrameType | None = None) -> SourceLine | None:
     return None
 
 
+def called_from_user_code(frame: FrameType | None = None) -> bool:
+    """Whether the first caller above `frame` that is neither torch nor nandoctor is the user's
+    code (`with torch.autocast(...)` in the script), not another library's (a framework that
+    enters autocast for its precision option)."""
+    f = frame if frame is not None else sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith((TORCH_DIR, _NANDOCTOR_DIR)):
+        f = f.f_back
+    return f is not None and not is_library_file(f.f_code.co_filename)
+
+
 def find_construction_frame(instance: object) -> SourceLine | None:
     """The user line that constructed `instance`: the first user frame outside the `__init__`
     methods of the instance itself (a subclass defined in the script calls `super().__init__`)."""
