@@ -291,3 +291,16 @@ def test_origin_tracer_finds_the_numpy_line_and_keeps_random_state():
     assert origin.counts == "nan=3 of 3"
     assert (random.random(), torch.rand(1).item()) == before
     assert trace_nonfinite_origin(lambda: dataset[0]) == (None, False)
+
+
+def test_a_value_the_dataset_only_reads_is_located_where_its_container_was_filled(nandoctor):
+    # __getitem__ returns `self.features[i], self.targets[i]`: the NaN was made when the table
+    # was parsed, before training; that line leads, the read stays as evidence.
+    script = "data_container_filled_at_load.py"
+    result = nandoctor("run", script, "--stages", "data_scan,anomaly")
+    assert result.exit_code == 1
+    top = result.report["causes"][0]
+    assert (top["category"], top["code"]) == ("data", "DA201")
+    assert top["location"]["line"] == line_of(script, "# fix here")
+    read_line = line_of(script, "return self.features[i], self.targets[i]")
+    assert any(f"line {read_line} only reads `self.targets`" in e for e in top["evidence"])

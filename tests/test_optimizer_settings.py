@@ -7,7 +7,13 @@ import pytest
 
 from conftest import line_of
 from nandoctor.optimizer_settings import absurd_settings
-from nandoctor.source_values import clip_setting, precision_setting, where_written
+from nandoctor.source_values import (
+    clip_setting,
+    container_origin,
+    container_reads,
+    precision_setting,
+    where_written,
+)
 
 
 def _optimizer(kind: str, **settings) -> dict:
@@ -151,3 +157,44 @@ def test_the_line_where_a_framework_option_chooses_reduced_precision(
     script.write_text(source)
     found = precision_setting(str(script), script_args)
     assert (found.line if found else None) == line
+
+
+_DATASET = """\
+class Rows(Dataset):
+    def __init__(self, table, names):
+        self.x = torch.from_numpy(table[:, :-1])
+        self.names = names
+        self.items = []
+    def __getitem__(self, i):
+        return self.x[i], self.names[i]
+    def other(self, i):
+        return (self.x[i] - self.mean) / self.std
+    def first(self, i):
+        row = self.items[i]
+        return row
+
+
+def main():
+    raw = read_csv("train.csv")
+    table = raw.astype("float32")
+    train = Rows(table[:800], names=["a"])
+"""
+
+
+def test_the_containers_a_line_only_reads_and_where_they_were_filled(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(_DATASET)
+    lines = _DATASET.splitlines()
+    at = {code: i + 1 for i, line in enumerate(lines) for code in [line.strip()]}
+    read = at["return self.x[i], self.names[i]"]
+    assert container_reads(str(script), read) == ("x", "names")
+    assert container_reads(str(script), at["return (self.x[i] - self.mean) / self.std"]) == ()
+    # self.x = from_numpy(table[:, :-1]) <- the argument of Rows(...) <- table = raw.astype(...)
+    filled = container_origin(str(script), read, "x")
+    assert filled.line == at['table = raw.astype("float32")']
+    assert (
+        container_origin(str(script), read, "names").line
+        == at['train = Rows(table[:800], names=["a"])']
+    )
+    # a container only ever set empty in the class has no line that filled it
+    assert container_origin(str(script), at["row = self.items[i]"], "items") is None

@@ -284,3 +284,150 @@ def _dict_entry(tree: ast.AST, key: str) -> ast.AST | None:
 def _at(node: ast.AST, lines: tuple[str, ...], how: str) -> WrittenAt:
     line = node.lineno
     return WrittenAt(line, lines[line - 1].strip() if 0 < line <= len(lines) else "", how)
+
+
+# ---- where a container's values were made --------------------------------------------------
+# Calls that bring values into torch unchanged: followed to their argument, as slicing is.
+_ENTERS_TORCH = ("from_numpy", "as_tensor", "tensor", "Tensor", "FloatTensor", "LongTensor")
+# Methods that return the same values in another container or dtype.
+_SAME_VALUES = ("float", "double", "clone", "copy", "numpy", "tolist")
+_MAX_CONTAINER_HOPS = 8
+
+
+def container_reads(file: str, line: int) -> tuple[str, ...]:
+    """The `name`s of the `self.<name>[...]` the statement at `line` only reads (`row =
+    self.rows[i]`, `return self.images[i], self.labels[i]`): nothing computed from them on that
+    line, so what they hold is what the line produces."""
+    tree, _ = _parse(file)
+    statement = _statement_at(tree, line) if tree is not None else None
+    if statement is None or not isinstance(statement, (ast.Assign, ast.Return)):
+        return ()
+    value = statement.value
+    parts = (value.values if isinstance(value, ast.Dict)
+             else value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value])  # fmt: skip
+    names = [_self_attribute(_unwrapped(part)) for part in parts if part is not None]
+    return tuple(names) if names and all(names) else ()
+
+
+def container_origin(file: str, line: int, attribute: str) -> WrittenAt | None:
+    """Where the values a Dataset serves from `self.<attribute>` (read at `line`) were made:
+    from the `self.<attribute> = ...` of its class back through names, slices, tensor
+    conversions and the arguments its constructor was called with, to the first expression that
+    computes them (a loading or preprocessing call, a conversion). None when the trail leaves
+    the file."""
+    tree, lines = _parse(file)
+    owner = _enclosing(tree, line, ast.ClassDef) if tree is not None else None
+    if owner is None:
+        return None
+    value = _last_attribute_assignment(owner, attribute)
+    for _ in range(_MAX_CONTAINER_HOPS):
+        if value is None:
+            return None
+        value = _unwrapped(value)
+        if not isinstance(value, ast.Name):
+            return _at(value, lines, "an assignment")
+        value = _value_of_name(tree, value)
+    return None
+
+
+def _statement_at(tree: ast.AST, line: int) -> ast.stmt | None:
+    found = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)
+             and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+             and node.lineno <= line <= (node.end_lineno or node.lineno)]  # fmt: skip
+    return max(found, key=lambda node: node.lineno, default=None)
+
+
+def _self_attribute(node: ast.AST) -> str | None:
+    """`name` of `self.name`, else None."""
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "self"):  # fmt: skip
+        return node.attr
+    return None
+
+
+def _enclosing(tree: ast.AST, line: int, kind: type):
+    """The innermost node of `kind` whose lines hold `line`."""
+    found = [node for node in ast.walk(tree) if isinstance(node, kind)
+             and node.lineno <= line <= (node.end_lineno or node.lineno)]  # fmt: skip
+    return max(found, key=lambda node: node.lineno, default=None)
+
+
+def _assigned_values(scope: ast.AST, matches):
+    """(target, value) of each assignment in `scope` whose target `matches`, tuple assignments
+    (`a, b = x, y`) paired element by element."""
+    for node in ast.walk(scope):
+        if node.__class__ not in (ast.Assign, ast.AnnAssign) or node.value is None:
+            continue
+        for target in _targets(node):
+            if matches(target):
+                yield target, node.value
+            elif isinstance(target, ast.Tuple):
+                values = node.value.elts if isinstance(node.value, ast.Tuple) else None
+                for i, element in enumerate(target.elts):
+                    if matches(element):
+                        yield element, values[i] if values and i < len(values) else node.value
+
+
+def _last_attribute_assignment(owner: ast.ClassDef, attribute: str) -> ast.AST | None:
+    """The value last assigned to `self.<attribute>` in the class, an empty container aside."""
+
+    def is_it(target) -> bool:
+        return (isinstance(target, ast.Attribute) and target.attr == attribute
+                and isinstance(target.value, ast.Name) and target.value.id == "self")  # fmt: skip
+
+    values = [(t.lineno, v) for t, v in _assigned_values(owner, is_it)
+              if not (isinstance(v, (ast.List, ast.Dict, ast.Tuple)) and not _items(v))]  # fmt: skip
+    return max(values, key=lambda item: item[0])[1] if values else None
+
+
+def _items(node) -> list:
+    return node.keys if isinstance(node, ast.Dict) else node.elts
+
+
+def _unwrapped(value: ast.AST) -> ast.AST:
+    """`torch.from_numpy(x)`, `x[:split]`, `x.float()` -> `x`: the same values."""
+    while True:
+        if isinstance(value, ast.Subscript):
+            value = value.value
+        elif (isinstance(value, ast.Call) and value.args
+              and _called_name(value) in _ENTERS_TORCH):  # fmt: skip
+            value = value.args[0]
+        elif (isinstance(value, ast.Call) and not value.args and isinstance(value.func, ast.Attribute)
+              and value.func.attr in _SAME_VALUES):  # fmt: skip
+            value = value.func.value
+        else:
+            return value
+
+
+def _value_of_name(tree: ast.AST, name: ast.Name) -> ast.AST | None:
+    """The value `name` holds where it is used: its last assignment above in the same function,
+    or, for a parameter of that function, the argument the first call of it passes (a Dataset's
+    `__init__` is called as its class)."""
+    function = _enclosing(tree, name.lineno, (ast.FunctionDef, ast.AsyncFunctionDef))
+    scope = function if function is not None else tree
+    assigned = [(t.lineno, v) for t, v in _assigned_values(scope, lambda t: isinstance(t, ast.Name)
+                and t.id == name.id) if t.lineno < name.lineno]  # fmt: skip
+    if assigned:
+        return max(assigned, key=lambda item: item[0])[1]
+    if function is None:
+        return None
+    return _argument_passed(tree, function, name.id)
+
+
+def _argument_passed(tree: ast.AST, function: ast.FunctionDef, parameter: str) -> ast.AST | None:
+    names = [a.arg for a in function.args.args]
+    if parameter not in names:
+        return None
+    callee, position = function.name, names.index(parameter)
+    if callee == "__init__":
+        owner = _enclosing(tree, function.lineno, ast.ClassDef)
+        callee, position = (owner.name if owner else callee), position - 1  # `self` not passed
+    calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call)
+                    and _called_name(node) == callee), key=lambda c: c.lineno)  # fmt: skip
+    for call in calls:
+        passed = next((k.value for k in call.keywords if k.arg == parameter), None)
+        if passed is None and 0 <= position < len(call.args):
+            passed = call.args[position]
+        if passed is not None:
+            return passed
+    return None

@@ -22,6 +22,7 @@ import torch
 
 from nandoctor.instrument.frames import SourceLine, is_library_file
 from nandoctor.instrument.tensors import NonfiniteCount, count_nonfinite, is_checked, is_finite
+from nandoctor.source_values import container_reads
 
 _MAX_ITEMS = 16  # items of a list/dict variable looked into
 _is_user_code: dict = {}
@@ -33,6 +34,9 @@ class Origin:
     variable: str  # the variable that turned non-finite, or "the returned value"
     counts: str  # "nan=16 of 16" where it can be counted
     kind: str  # what holds it: torch | numpy | python
+    # The dataset attribute that line only reads the value from (`row = self.rows[i]`): the
+    # values were made where that container was filled, before training.
+    container: str | None = None
 
 
 def trace_nonfinite_origin(fetch: Callable[[], object]) -> tuple[Origin | None, bool]:
@@ -76,11 +80,25 @@ class _Tracer:
         """Variables that turned non-finite were written by the line that ran last."""
         for name, value in frame.f_locals.items():
             if name not in state["bad"] and _holds_nonfinite(value):
-                self.found = Origin(_line(frame, state["line"]), name, _counts(value), _kind(value))
+                where = _line(frame, state["line"])
+                self.found = Origin(where, name, _counts(value), _kind(value),
+                                    _container_read(frame, where))  # fmt: skip
                 return
         if event == "return" and _holds_nonfinite(arg):
             where = _line(frame, frame.f_lineno)
-            self.found = Origin(where, "the returned value", _counts(arg), _kind(arg))
+            self.found = Origin(where, "the returned value", _counts(arg), _kind(arg),
+                                _container_read(frame, where))  # fmt: skip
+
+
+def _container_read(frame, where: SourceLine) -> str | None:
+    """The attribute of the frame's `self` that the line only reads the non-finite value from;
+    of several read on one line, the one that holds NaN/Inf."""
+    names = list(dict.fromkeys(container_reads(where.file, where.line)))
+    if len(names) <= 1:
+        return names[0] if names else None
+    holder = frame.f_locals.get("self")
+    bad = [name for name in names if _holds_nonfinite(getattr(holder, name, None))]
+    return bad[0] if len(bad) == 1 else None
 
 
 def _user_code(code) -> bool:

@@ -7,6 +7,7 @@ import tokenize
 
 from nandoctor.fixes import guard_for, guard_remedy, guarded_line
 from nandoctor.report.model import Finding, Location
+from nandoctor.source_values import WrittenAt, container_origin
 
 NAME = "data_scan"
 
@@ -46,6 +47,9 @@ def nonfinite_finding(watch, batches: list[dict]) -> Finding | None:
     )
     if tried is not None:
         evidence.append(_describe_origin(tried))
+    filled = _where_filled(origin)
+    if filled is not None:
+        evidence.append(_describe_filled(origin, filled))
     if source := leaf.get("script_tensor"):
         evidence.append(
             f"the script's tensor `{source['name']}` {tuple(source['shape'])} holds NaN/Inf in "
@@ -77,8 +81,8 @@ def nonfinite_finding(watch, batches: list[dict]) -> Finding | None:
         title=title,
         confidence=confidence if explains else _CONFIDENCE_NOT_CAUSE,
         evidence=tuple(evidence),
-        fix=_nonfinite_fix(origin, leaf, dataset_at),
-        location=_data_location(origin, watch.nonfinite, event),
+        fix=_nonfinite_fix(origin, leaf, dataset_at, filled),
+        location=_data_location(origin, watch.nonfinite, event, filled),
         severity=_severity(explains, watch.nonfinite),
         remedy=_remedy(origin) if explains else None,
         code="DA201",
@@ -151,9 +155,28 @@ def _describe_origin(origin: dict) -> str:
     return f"{fetched} gave finite values (random augmentation, or state outside the dataset)"
 
 
-def _data_location(origin: dict | None, nonfinite: dict | None, event: dict) -> Location | None:
-    """The line that made the value; else where the run saw it born in the data; else the line
-    that fetched or fed the batch."""
+def _where_filled(origin: dict | None) -> WrittenAt | None:
+    """Where the dataset's container that the origin line only reads from was filled."""
+    if origin is None or not origin.get("container"):
+        return None
+    return container_origin(origin["location"]["file"], origin["location"]["line"],
+                            origin["container"])  # fmt: skip
+
+
+def _describe_filled(origin: dict, filled: WrittenAt) -> str:
+    read = Location.from_dict(origin["location"])
+    return (f"line {read.line} only reads `self.{origin['container']}`, whose values were "
+            f"made before training, at line {filled.line}: `{filled.code}`")  # fmt: skip
+
+
+def _data_location(
+    origin: dict | None, nonfinite: dict | None, event: dict, filled: WrittenAt | None = None
+) -> Location | None:
+    """Where the dataset's container was filled, when the line that made the value only read
+    it; else the line that made the value; else where the run saw it born in the data; else the
+    line that fetched or fed the batch."""
+    if filled is not None:
+        return Location(origin["location"]["file"], filled.line, None, filled.code)
     if origin is not None:
         return Location.from_dict(origin["location"])
     birth = (nonfinite or {}).get("birth") or {}
@@ -162,7 +185,13 @@ def _data_location(origin: dict | None, nonfinite: dict | None, event: dict) -> 
     return Location.from_dict(event.get("location"))
 
 
-def _nonfinite_fix(origin: dict | None, leaf: dict, dataset_at: list[int]) -> str:
+def _nonfinite_fix(
+    origin: dict | None, leaf: dict, dataset_at: list[int], filled: WrittenAt | None = None
+) -> str:
+    if filled is not None:
+        return (f"repair the values where `self.{origin['container']}` is filled from (line "
+                f"{filled.line}: `{filled.code}`): drop or impute the NaN/Inf rows there, before "
+                "the Dataset serves them")  # fmt: skip
     if origin is not None:
         where = Location.from_dict(origin["location"])
         code = _without_comment(where.code or "")

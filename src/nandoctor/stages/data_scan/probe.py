@@ -184,6 +184,7 @@ class DataScanProbe:
             variable=origin.variable if origin else None,
             counts=origin.counts if origin else None,
             value_kind=origin.kind if origin else None,
+            container=origin.container if origin else None,
             dataset=type(loaded.dataset).__name__,
         )
 
