@@ -108,6 +108,21 @@ def test_one_batch_far_out_in_a_heavy_tail_is_not_an_unrecovered_spike():
     assert _verdict(losses).verdict == "stable"
 
 
+def test_one_batch_a_billion_times_out_keeps_the_average_lifted_to_the_end_and_is_no_blow_up():
+    # a record in the wrong unit: its batch's loss is 1e10; the run trains on from the next
+    # batch, but the smoothed loss has not come down by the last steps
+    losses = (
+        [30.0 / (1 + 0.2 * t) for t in range(45)] + [3e10] + [1.0 - 0.02 * t for t in range(15)]
+    )
+    verdict = _verdict(losses)
+    assert verdict.reason not in ("D2", "D3"), verdict
+
+
+def test_a_blow_up_in_the_last_step_of_a_finished_run_still_counts():
+    losses = [1.0 / (1 + 0.05 * t) for t in range(30)] + [50.0]
+    assert _verdict(losses).verdict == "diverged"
+
+
 def test_repeated_loss_spikes_are_u1():
     losses = [1.0 / (1 + 0.05 * t) for t in range(40)]
     losses[15] *= 1.6

@@ -6,11 +6,13 @@ the first k0 = min(5, H/10) losses, or the very first loss (taken before any upd
 - D1 diverged: a NaN/Inf reached the loss, a gradient or a parameter.
 - D2 diverged: the smoothed loss rose above `blowup_factor` (4) x its best so far, and above
   `blowup_min_fraction` (0.5) x the initial loss (a bounce near zero is not a blow-up), with
-  the median of the raw losses of that step and the two after it above that factor too (one
-  batch far out in a heavy tail lifts the average for many steps), unless the whole run
-  recovered: it ends below the initial loss and within that factor of its best.
+  the median of the raw losses of that step and the two after it (those there are, at the end
+  of a run) above that factor too (one batch far out in a heavy tail lifts the average for
+  many steps), unless the whole run recovered: it ends below the initial loss and within that
+  factor of its best.
 - D3 diverged: the run ended with the smoothed loss above `runaway_factor` (1.5) x the initial,
-  and above it by more than `runaway_sigmas` (2) sigmas of the loss's minibatch noise.
+  and above it by more than `runaway_sigmas` (2) sigmas of the loss's minibatch noise, with the
+  median of the raw losses of the last max(3, H/10) steps above that factor too.
 - U1 unstable: in the first max(3, H/10) steps, a jump above `big_spike_ratio` (2) x the first
   loss, and by more than `spike_sigmas` robust sigmas of the run's step-to-step changes (not
   minibatch noise), that never came back below it; later, two loss spikes (above the level of the previous
@@ -223,9 +225,12 @@ def _blow_up(values, grads, settings, horizon, *, partial: bool = False) -> Verd
 
 
 def _persists(window: list[float], best: float, settings: Settings, partial: bool) -> bool:
-    if len(window) < _PERSIST:
-        return not partial
-    if best <= 0:
+    """The raw losses from the blow-up on are blown up too. Near the end of a finished run,
+    the steps there are what is judged: the smoothed loss still carries one far-out batch many
+    steps later, so an ordinary last step is no blow-up."""
+    if len(window) < _PERSIST and partial:
+        return False
+    if not window or best <= 0:
         return True
     return median(window) > settings.blowup_factor * best
 
@@ -246,6 +251,11 @@ def _runaway(values, grads, settings, horizon) -> Verdict | None:
         return None
     smooth = _smooth(values, horizon)
     if smooth[-1] <= settings.runaway_factor * initial:
+        return None
+    # One batch far out in a heavy tail lifts the smoothed loss for many steps: the last raw
+    # losses must sit up there too.
+    last = values[-max(3, math.ceil(horizon / 10)) :]
+    if median(last) <= settings.runaway_factor * initial:
         return None
     # Minibatch noise is no runaway: the initial loss is one or a few draws, and a run whose
     # weights barely move (a tiny learning rate) ends above a low first draw as often as not.
