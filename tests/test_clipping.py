@@ -16,6 +16,9 @@ from nandoctor.clipping import ineffective_clip_findings
         ("clip_consumed_generator.py", "given no tensors"),
         # clip_grad_norm_ after optimizer.step(): the update used the gradients unclipped
         ("clip_after_step.py", "after optimizer.step()"),
+        # inside optimizer.step(closure), before backward(): its re-run must clip after the
+        # closure's backward, which comes after the step's pre-hooks
+        ("clip_before_backward_closure.py", "none of the tensors it was given had a gradient"),
     ],
 )
 def test_a_clip_that_never_acted_is_the_cause_when_making_it_act_trains(

@@ -331,7 +331,7 @@ _CODES = (
         "given no tensors (a consumed `model.parameters()` generator), none with a gradient, or "
         "ran after optimizer.step(); a cause when its re-run, clipping at the script's max_norm "
         "before each step, trains",
-        ("clip_consumed_generator.py",),
+        ("clip_consumed_generator.py", "clip_before_backward_closure.py"),
     ),
     Code(
         "LR601",

@@ -460,6 +460,13 @@ class WatchSession:
             self._finish_step([_as_float(group.get("lr")) for group in optimizer.param_groups])
 
     @property
+    def stepping_optimizer(self):
+        """The optimizer whose step() is running, or None: a backward pass inside it is a
+        closure's (`optimizer.step(closure)`: L-BFGS, Lightning), whose gradients the update
+        uses, computed after the step's pre-hooks ran."""
+        return self._stepping if self._in_optimizer else None
+
+    @property
     def updates_by_hand(self) -> bool:
         """A script that never builds a torch.optim optimizer updates its parameters itself
         (`p.data.add_(p.grad, alpha=-lr)`): then one backward pass is one step."""

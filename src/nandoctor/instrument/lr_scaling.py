@@ -7,7 +7,7 @@ so the `step` events report the learning rate the update really used.
 
 Also recorded, for the sweep's report: where each optimizer and scheduler was constructed (the
 fix names that line), and with a GradScaler the unscaled loss, the scale and skipped steps.
-Optionally clips the gradients before each step (the clip experiment), and ends the run when
+Optionally clips the gradients before each update (the clip experiment), and ends the run when
 the sweep asks for it through a stop file.
 """
 
@@ -63,6 +63,8 @@ class LrScaling:
     def install(self) -> None:
         handle = register_optimizer_step_pre_hook(self._before_step)
         self._undo.append(handle.remove)
+        if self.clip is not None:
+            self.session.hooks.backward_calls(lambda tensors: None, self._after_backward)
         self._record_constructions()
         self._watch_grad_scaler()
 
@@ -102,11 +104,18 @@ class LrScaling:
                     group["lr"] = self._scaled.pop(id(group))
                 return
 
-    def _clip_gradients(self, optimizer, args, kwargs) -> None:
+    def _clip_gradients(self, optimizer, args=(), kwargs=None) -> None:
         params = [p for p in params_of(optimizer) if p.grad is not None]
         if params:
             with self.session.quiet():
                 torch.nn.utils.clip_grad_norm_(params, self.clip)
+
+    def _after_backward(self, tensors) -> None:
+        # A closure passed to optimizer.step(closure) (L-BFGS, Lightning) computes the
+        # gradients after the step's pre-hook: they are clipped once its backward is done.
+        optimizer = self.session.stepping_optimizer
+        if optimizer is not None and id(optimizer) in self._clipped:
+            self._clip_gradients(optimizer)
 
     def _stop_if_asked(self) -> None:
         if self.stop_file and os.path.exists(self.stop_file):

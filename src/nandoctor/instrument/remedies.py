@@ -112,9 +112,12 @@ def _clip_gradients(remedy: dict, session) -> None:
             torch.nn.utils.clip_grad_norm_(params, max_norm)
 
     def after_backward(tensors) -> None:
-        # A script that updates its parameters by hand does so right after backward()
+        # A script that updates its parameters by hand does so right after backward(); a
+        # closure's backward inside optimizer.step(closure) comes after the step's pre-hook
         if session.updates_by_hand:
             clip(session.all_params())
+        elif (optimizer := session.stepping_optimizer) is not None:
+            clip(params_of(optimizer))
 
     session.hooks.optimizer_steps(
         lambda optimizer: clip(params_of(optimizer)), lambda optimizer: None
