@@ -137,3 +137,18 @@ def test_clipping_that_trains_at_the_original_rate_outranks_a_smaller_rate():
     assert [c.category for c in ranked] == ["exploding_gradients", "learning_rate"]
     ranked = rank_causes(apply_verified_rules([rate, clipped(False)]))
     assert [c.category for c in ranked] == ["learning_rate", "exploding_gradients"]
+
+
+def test_standardized_inputs_that_train_at_the_original_rate_outrank_a_smaller_rate():
+    # raw counts in the thousands: a smaller rate trains, and so do the same inputs standardized
+    # at the original rate; their scale is what to fix
+    scale = dataclasses.replace(
+        finding("data", 0.3, stage="data_scan", verified=True),
+        remedy={"kind": "standardize_inputs", "tensors": {"batch[0]": (500.0, 300.0)}},
+    )
+    rate = finding("learning_rate", 0.9, stage="lr_sweep", verified=True)
+    ranked = rank_causes(apply_verified_rules([rate, scale]))
+    assert [c.category for c in ranked] == ["data", "learning_rate"]
+    unverified = dataclasses.replace(scale, verified_fix=False)
+    ranked = rank_causes(apply_verified_rules([rate, unverified]))
+    assert [c.category for c in ranked] == ["learning_rate", "data"]

@@ -206,7 +206,8 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
 def apply_verified_rules(findings: list[Finding]) -> list[Finding]:
     """Reason over what the verification re-runs showed. A fix that lets the run train at the
     original learning rate makes what it fixes the root cause: a guard of the failing op (the
-    formula), or gradient clipping whose loss falls as far as at a smaller rate (the spikes). A
+    formula), gradient clipping whose loss falls as far as at a smaller rate (the spikes), or
+    the inputs standardized (their scale). A
     smaller learning rate that also helps only postpones the step that reaches the op's edge,
     or shrinks every step to shrink the rare huge ones."""
     if any(_guard_held(f) for f in findings):
@@ -215,6 +216,15 @@ def apply_verified_rules(findings: list[Finding]) -> list[Finding]:
     elif any(_clip_kept_the_rate(f) for f in findings):
         reason = ("gradient clipping trains at the original learning rate as well as a smaller "
                   "rate does: the gradient spikes, not the rate, are what to fix")  # fmt: skip
+    elif held := [f for f in findings if _standardizing_held(f)]:
+        # A data finding's confidence is low on its own (most large inputs are fine): the rate
+        # it explains is kept below it.
+        reason = ("the same inputs standardized train at the original learning rate: their "
+                  "scale, not the rate, is what to fix")  # fmt: skip
+        below = max(f.confidence for f in held)
+        return [dataclasses.replace(f, confidence=min(f.confidence, 0.9 * below))
+                if f.category == "learning_rate" and not _absurd_setting(f) else f
+                for f in _learning_rate_discounted(findings, reason)]  # fmt: skip
     else:
         return findings
     return _learning_rate_discounted(findings, reason)
@@ -225,6 +235,14 @@ def _guard_held(finding: Finding) -> bool:
         finding.category == "invalid_operation"
         and bool(finding.verified_fix)
         and (finding.remedy or {}).get("kind") == "guard_op"
+    )
+
+
+def _standardizing_held(finding: Finding) -> bool:
+    return (
+        finding.category == "data"
+        and bool(finding.verified_fix)
+        and (finding.remedy or {}).get("kind") == "standardize_inputs"
     )
 
 
