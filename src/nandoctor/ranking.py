@@ -16,6 +16,7 @@ _GROWTH_FACTOR_LOSS = 10.0  # loss before the failure this many times its early 
 _GROWTH_FACTOR_GRAD = 100.0  # ...or the gradient norm this many times its first value
 _SYMPTOM_DISCOUNT = 0.6  # confidence kept by a finding another finding explains
 _STRONG = 0.85  # a finding this confident can explain away another stage's
+_KEPT_BELOW = 0.9  # a rate explained by standardized inputs: this fraction of their confidence
 
 
 @dataclass(frozen=True)
@@ -207,9 +208,9 @@ def apply_verified_rules(findings: list[Finding]) -> list[Finding]:
     """Reason over what the verification re-runs showed. A fix that lets the run train at the
     original learning rate makes what it fixes the root cause: a guard of the failing op (the
     formula), gradient clipping whose loss falls as far as at a smaller rate (the spikes), or
-    the inputs standardized (their scale). A
-    smaller learning rate that also helps only postpones the step that reaches the op's edge,
-    or shrinks every step to shrink the rare huge ones."""
+    the inputs standardized (their scale). A smaller learning rate that also helps only
+    postpones the step that reaches the op's edge, or shrinks every step to shrink the rare
+    huge ones."""
     if any(_guard_held(f) for f in findings):
         reason = ("a guard of the failing op trains at the original learning rate: the "
                   "formula, not the learning rate, is what to fix")  # fmt: skip
@@ -221,8 +222,8 @@ def apply_verified_rules(findings: list[Finding]) -> list[Finding]:
         # it explains is kept below it.
         reason = ("the same inputs standardized train at the original learning rate: their "
                   "scale, not the rate, is what to fix")  # fmt: skip
-        below = max(f.confidence for f in held)
-        return [dataclasses.replace(f, confidence=min(f.confidence, 0.9 * below))
+        below = _KEPT_BELOW * max(f.confidence for f in held)
+        return [dataclasses.replace(f, confidence=min(f.confidence, below))
                 if f.category == "learning_rate" and not _absurd_setting(f) else f
                 for f in _learning_rate_discounted(findings, reason)]  # fmt: skip
     else:
