@@ -53,7 +53,7 @@ def _option_or_entry(tree, lines, value, script_args) -> WrittenAt | None:
     option = _argparse_option(tree, name)
     if option is not None:
         flags, node = option
-        if any(arg.split("=")[0] in flags for arg in script_args):
+        if _given_on_command_line(flags, script_args):
             return WrittenAt(0, " ".join(script_args), "the command line")
         default = next((k.value for k in node.keywords if k.arg == "default"), node)
         return _at(default, lines, "an argparse default")
@@ -95,8 +95,11 @@ def precision_setting(file: str, script_args=()) -> WrittenAt | None:
     tree, lines = _parse(file)
     if tree is None:
         return None
-    return _first_setting(tree, lines, script_args,
-                          lambda name, value: _chooses_reduced_precision(tree, name, value, script_args))  # fmt: skip
+
+    def chooses(name, value) -> bool:
+        return _chooses_reduced_precision(tree, name, value, script_args)
+
+    return _first_setting(tree, lines, script_args, chooses)
 
 
 def _chooses_reduced_precision(tree, name: str, value, script_args) -> bool:
@@ -107,7 +110,7 @@ def _chooses_reduced_precision(tree, name: str, value, script_args) -> bool:
         option = _argparse_option(tree, name)
         if option is None:
             return False
-        if any(a.split("=")[0] in option[0] for a in script_args):
+        if _given_on_command_line(option[0], script_args):
             return True
         value = next((k.value for k in option[1].keywords if k.arg == "default"), None)
     if not isinstance(value, ast.Constant):
@@ -127,7 +130,7 @@ def _first_setting(tree, lines, script_args, matches) -> WrittenAt | None:
     line, name, value = min(found, key=lambda item: item[0])
     if value is None:  # an argparse option
         option = _argparse_option(tree, _dest(name))
-        if option is not None and any(a.split("=")[0] in option[0] for a in script_args):
+        if option is not None and _given_on_command_line(option[0], script_args):
             return WrittenAt(0, " ".join(script_args), "the command line")
     return WrittenAt(line, lines[line - 1].strip() if 0 < line <= len(lines) else "", name)
 
@@ -139,7 +142,7 @@ def clipped_argument(file: str, call_line: int) -> WrittenAt | None:
     if tree is None:
         return None
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-             and node.lineno <= call_line <= (node.end_lineno or node.lineno)
+             and _spans(node, call_line)
              and _called_name(node).startswith(_CLIPS_GRADIENTS)]  # fmt: skip
     given = [
         *(call.args[:1] for call in calls),
@@ -208,8 +211,7 @@ def _parse(file: str) -> tuple[ast.AST | None, tuple[str, ...]]:
 
 def _call_at(tree: ast.AST, line: int, keyword: str) -> ast.Call | None:
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-             and node.lineno <= line <= (node.end_lineno or node.lineno)
-             and any(k.arg == keyword for k in node.keywords)]  # fmt: skip
+             and _spans(node, line) and any(k.arg == keyword for k in node.keywords)]  # fmt: skip
     return min(calls, key=lambda c: (c.end_lineno or c.lineno) - c.lineno, default=None)
 
 
@@ -331,10 +333,9 @@ def container_origin(file: str, line: int, attribute: str) -> WrittenAt | None:
 
 
 def _statement_at(tree: ast.AST, line: int) -> ast.stmt | None:
-    found = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)
-             and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-             and node.lineno <= line <= (node.end_lineno or node.lineno)]  # fmt: skip
-    return max(found, key=lambda node: node.lineno, default=None)
+    """The innermost statement on `line` that is not a definition."""
+    return _enclosing(tree, line, ast.stmt,
+                      but_not=(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))  # fmt: skip
 
 
 def _self_attribute(node: ast.AST) -> str | None:
@@ -345,11 +346,20 @@ def _self_attribute(node: ast.AST) -> str | None:
     return None
 
 
-def _enclosing(tree: ast.AST, line: int, kind: type):
-    """The innermost node of `kind` whose lines hold `line`."""
+def _enclosing(tree: ast.AST, line: int, kind, but_not=()):
+    """The innermost node of `kind` (and not of `but_not`) whose lines hold `line`."""
     found = [node for node in ast.walk(tree) if isinstance(node, kind)
-             and node.lineno <= line <= (node.end_lineno or node.lineno)]  # fmt: skip
+             and not isinstance(node, but_not) and _spans(node, line)]  # fmt: skip
     return max(found, key=lambda node: node.lineno, default=None)
+
+
+def _spans(node: ast.AST, line: int) -> bool:
+    return node.lineno <= line <= (node.end_lineno or node.lineno)
+
+
+def _given_on_command_line(flags, script_args) -> bool:
+    """An option among `flags` is in the script's arguments (`--lr 0.1` or `--lr=0.1`)."""
+    return any(arg.split("=")[0] in flags for arg in script_args)
 
 
 def _assigned_values(scope: ast.AST, matches):
