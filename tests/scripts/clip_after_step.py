@@ -11,7 +11,7 @@ targets = features @ torch.randn(16, 1) + 0.1 * torch.randn(2048, 1)
 targets[1500] = 1e6  # one record entered in the wrong unit
 
 model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
 for step in range(64):
     batch = slice(step * 32, step * 32 + 32)

@@ -12,7 +12,7 @@ targets = features @ torch.randn(16, 1) + 0.1 * torch.randn(2048, 1)
 targets[1500] = 1e6  # one record entered in the wrong unit
 
 model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 params_to_clip = model.parameters()  # fix here
 
 for step in range(64):
