@@ -97,7 +97,8 @@ def test_a_running_variance_that_overflows_is_born_in_batch_norm():
 
 def test_an_optimizer_of_the_scripts_own_is_fixed_at_its_failing_line(nandoctor):
     # `v.rsqrt().add_(eps)` inside a pasted optimizer: the inf is born in rsqrt, followed
-    # through the in-place ops on that temporary, and the line to fix is the optimizer's own.
+    # through the in-place ops on that temporary, and the line to fix is the optimizer's own,
+    # verified by a re-run that guards it as an op of the script's would be.
     script = "optimizer_own_rsqrt_eps.py"
     result = nandoctor("run", script, *ANOMALY)
     first = result.report["first_nonfinite"]
@@ -106,7 +107,10 @@ def test_an_optimizer_of_the_scripts_own_is_fixed_at_its_failing_line(nandoctor)
     cause = result.report["causes"][0]
     assert (cause["category"], cause["code"]) == ("optimizer_config", "OC101")
     assert cause["location"]["line"] == line_of(script, "the line to fix")
+    # the guard of that line is the fix a re-run verifies; the eps advice comes with it
+    assert cause["fix"].startswith("`inverse = v.clamp_min(")
     assert "add eps before dividing" in cause["fix"]
+    assert cause["verified_fix"] is True
 
 
 def test_late_failure_is_localized_by_a_replay(nandoctor):

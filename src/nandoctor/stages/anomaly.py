@@ -190,7 +190,11 @@ def finding_from(
             evidence.append(f"{optimizer['type']}.step() is the script's own code")
         else:
             location = Location.from_dict(optimizer.get("location")) or location
-        fix = optimizer_fix(optimizer, category, first.kind) or fix
+        advice = optimizer_fix(optimizer, category, first.kind)
+        if advice and (remedy or {}).get("kind") == "guard_op":
+            fix = f"{fix}; or {advice}"  # the guard of its own line is what a re-run verifies
+        else:
+            fix = advice or fix
     return Finding(
         stage=NAME,
         category=category,
@@ -220,7 +224,10 @@ def propose_remedy(first: FirstNonfinite, birth: dict, category: str, optimizer)
     op = _op_to_fix(first)
     # A guard fixes a domain error (log of 0, 0/0) or an exp that overflows from the start; an
     # overflow after values grew is a symptom, and clamping it would only hide the divergence.
-    guardable = category in ("invalid_operation", "data")
+    # So does a division by zero in an update the script wrote itself (its own optimizer class).
+    guardable = category in ("invalid_operation", "data") or (
+        first.kind == DIVISION_BY_ZERO and _in_its_own_update(first, optimizer or {}, category)
+    )
     if guardable and op in GUARDABLE_OPS and first.location is not None:
         where = first.location
         return guard_remedy(op, _guard_of(first, op), where.file, where.line, where.code)
