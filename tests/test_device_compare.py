@@ -612,3 +612,18 @@ def test_a_precision_chosen_by_an_option_leads_with_that_option(nandoctor, no_ve
     assert cause["location"]["line"] == line_of(script, "# fix here")
     op_line = line_of(script, "weights = logits.exp()")
     assert any("failed in it is at" in e and f":{op_line}" in e for e in cause["evidence"])
+
+
+def test_an_eps_that_rounds_away_under_autocast_leads_with_the_formula(nandoctor):
+    # The script enters the float16 region itself, but what breaks is the formula's own eps
+    # (1e-8 is 0 in float16): the line to edit is the formula's, and the re-run computes that
+    # line, and nothing else, in float32.
+    script = "autocast_eps_at_the_op.py"
+    result = nandoctor("run", script, "--stages", "anomaly,device_compare")
+    assert result.exit_code == 1
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("precision", "PR401")
+    assert cause["location"]["line"] == line_of(script, "# the eps rounds away here")
+    assert cause["verified_fix"] is True
+    assert any(f"line {cause['location']['line']} computed in float32" in e
+               for e in cause["evidence"])  # fmt: skip

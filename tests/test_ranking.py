@@ -152,3 +152,23 @@ def test_standardized_inputs_that_train_at_the_original_rate_outrank_a_smaller_r
     unverified = dataclasses.replace(scale, verified_fix=False)
     ranked = rank_causes(apply_verified_rules([rate, unverified]))
     assert [c.category for c in ranked] == ["learning_rate", "data"]
+
+
+def test_a_fix_rerun_that_never_reached_the_failing_step_verifies_nothing():
+    # A script can end without one update (a GradScaler that skips every step once its scale
+    # fell to 0): finite, but it never got to where the original run failed.
+    from nandoctor.runner import RunOutcome
+    from nandoctor.verify import _verdict
+
+    remedy = {"kind": "float32"}
+    built = {"event": "optimizer", "index": 0}
+    ended = {"event": "end", "outcome": "finished"}
+    held, line = _verdict(RunOutcome(events=[built, ended]), 12, remedy, failed_at=0, before=[])
+    assert not held and "before the step that failed" in line
+    # without an optimizer there is no step to reach: a finished run is the evidence there is
+    held, line = _verdict(RunOutcome(events=[ended]), 12, remedy, failed_at=0, before=[])
+    assert held, line
+    steps = [{"event": "step", "step": i, "loss": 1.0 - 0.02 * i} for i in range(12)]
+    trained = RunOutcome(events=[*steps, {"event": "end", "outcome": "finished"}])
+    held, line = _verdict(trained, 12, remedy, failed_at=0, before=[])
+    assert held, line

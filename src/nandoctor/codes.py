@@ -270,7 +270,7 @@ _CODES = (
         "float16/bfloat16/TF32 in use on the failing chain, and the same op computed in float64 "
         "on the same inputs, or on float64 values followed from the step's start, stays finite "
         "or within tolerance",
-        ("precision_eps_rounds_to_zero.py",),
+        ("precision_eps_rounds_to_zero.py", "autocast_eps_at_the_op.py"),
         "standard",
     ),
     Code(

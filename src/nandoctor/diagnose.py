@@ -18,6 +18,7 @@ from nandoctor.clipping import ineffective_clip_findings
 from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_finite_through
 from nandoctor.config import Config
 from nandoctor.distributed import primary_rank, rank_summaries
+from nandoctor.instrument.kinds import CONVERSION_OVERFLOW, DIVISION_BY_ZERO, DOMAIN
 from nandoctor.instrument.precision import REDUCED_DTYPES
 from nandoctor.optimizer_settings import line_search_findings, settings_findings
 from nandoctor.ranking import (
@@ -40,6 +41,7 @@ from nandoctor.runner import (
     run_child,
     script_options,
 )
+from nandoctor.source_values import casts_explicitly
 from nandoctor.stages import StageContext, StageOutcome, anomaly
 from nandoctor.stages.lr_sweep import rules_out_the_rate
 from nandoctor.target import Target
@@ -360,7 +362,7 @@ def diagnose(
             findings = at_the_written_value(findings, target.args)
             findings = at_the_clip_setting(findings, target.absolute_script, target.args)
             findings = at_the_precision_setting(findings, target.absolute_script, target.args,
-                                                facts.autocast)  # fmt: skip
+                                                facts)  # fmt: skip
             findings = at_the_producing_line(findings, watch.all("numpy_error"), watch.failed_step)
         except KeyboardInterrupt:  # the report is written with what the stages found
             completed = False
@@ -396,6 +398,7 @@ def rewind_summary(watch: RunOutcome, reruns: list[dict]) -> dict:
 
 def run_facts(watch: RunOutcome) -> RunFacts:
     optimizers = watch.all("optimizer")
+    autocast = _reducing_autocast(watch)
     return RunFacts(
         failed_step=watch.failed_step,
         failed_in_the_update=(watch.nonfinite or {}).get("phase") == "optimizer",
@@ -405,7 +408,30 @@ def run_facts(watch: RunOutcome) -> RunFacts:
         if optimizers
         else None,
         loss_scale=watch.first("loss_scaled"),
-        autocast=_reducing_autocast(watch),
+        autocast=autocast,
+        dtype_breaks_the_formula=autocast is not None
+        and _dtype_breaks_the_formula((watch.nonfinite or {}).get("birth")),
+    )
+
+
+def _dtype_breaks_the_formula(birth: dict | None) -> bool:
+    """The first NaN/Inf, computed below float32, is a domain error or a division by zero
+    (rounding put a value on the op's edge: an eps of 1e-8 is 0 in float16), or the script's own
+    cast of a value the dtype cannot hold (`torch.where(mask, 0.0, -1e10).to(scores.dtype)`).
+    Values that grew past the dtype's range, or autocast's own conversions, are not. Asked only
+    under autocast: there the tensors stay float32 and the op alone computes in half, so what
+    rounds away is the op's own; a model and data cast to half lose values wherever they are
+    cast, and the precision setting is what to change."""
+    if not birth or birth.get("dtype") not in REDUCED_DTYPES:
+        return False
+    kind = birth.get("kind")
+    if kind in (DOMAIN, DIVISION_BY_ZERO):
+        return True
+    location = birth.get("location") or {}
+    return (
+        kind == CONVERSION_OVERFLOW
+        and location.get("file") is not None
+        and casts_explicitly(location["file"], location.get("line") or 0)
     )
 
 

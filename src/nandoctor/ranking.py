@@ -32,6 +32,10 @@ class RunFacts:
     # Where the script entered a float16/bfloat16 autocast region, when that region (and not
     # the model's own weights) is what computed below float32.
     autocast: dict | None = None
+    # Under autocast, the reduced dtype breaks a value the failing op's own formula brings (an
+    # eps that rounds to 0, a -1e10 cast to float16), rather than values that grew past its
+    # range: that op's line is what to edit, not where the precision was chosen.
+    dtype_breaks_the_formula: bool = False
     # The learning-rate sweep's summary when a much smaller rate failed at about the same step.
     rate_ruled_out: str | None = None
 
@@ -188,7 +192,7 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
         result = _learning_rate_discounted(
             result, "explained by an optimizer setting far outside any sensible range"
         )
-    if facts.autocast is not None and facts.autocast.get("in_script"):
+    if _chosen_in_script(facts.autocast) and not facts.dtype_breaks_the_formula:
         result = [_at_the_autocast_line(f, facts.autocast) if f.category == "precision" else f
                   for f in result]  # fmt: skip
     if facts.failed_step is not None and (scaled := scaled_loss(facts)):
@@ -282,7 +286,10 @@ def _at_the_autocast_line(finding: Finding, autocast: dict) -> Finding:
     evidence = (
         f"it computed in {dtype} inside the autocast region entered at {location.short()}{op_line}"
     )
-    return dataclasses.replace(finding, location=location,
+    remedy = finding.remedy
+    if (remedy or {}).get("kind") == "float32_at":
+        remedy = {"kind": "float32"}  # the fix is now the region's, not the op's line
+    return dataclasses.replace(finding, location=location, remedy=remedy,
                                evidence=(*finding.evidence, evidence))  # fmt: skip
 
 
@@ -363,15 +370,15 @@ def at_the_clip_setting(findings: list[Finding], script: str, script_args=()) ->
 
 
 def at_the_precision_setting(
-    findings: list[Finding], script: str, script_args, autocast: dict | None
+    findings: list[Finding], script: str, script_args, facts: RunFacts
 ) -> list[Finding]:
     """A reduced precision that a framework option chose (Lightning's `precision="16-true"`, an
     argparse `--precision` default, accelerate's `mixed_precision`, the HF Trainer's `fp16`) is
     changed at that option: it leads, the op's own line staying as evidence. An autocast region
     the script enters itself is its own line (apply_causal_rules), and an optimizer eps that
-    rounds to zero is fixed at the eps."""
+    rounds to zero is fixed at the eps, a formula the dtype breaks at the formula."""
     moves = [f.category == "precision" and f.code not in _FIXED_AT_THE_EPS for f in findings]
-    if not any(moves) or (autocast is not None and autocast.get("in_script")):
+    if not any(moves) or _chosen_in_script(facts.autocast) or facts.dtype_breaks_the_formula:
         return findings
     setting = precision_setting(script, tuple(script_args))
     if setting is None:
@@ -382,6 +389,10 @@ def at_the_precision_setting(
 
 
 _FIXED_AT_THE_EPS = ("PR102",)
+
+
+def _chosen_in_script(autocast: dict | None) -> bool:
+    return autocast is not None and bool(autocast.get("in_script"))
 
 
 def _at_the_clip_setting(finding: Finding, script: str, script_args) -> Finding:

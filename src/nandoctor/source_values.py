@@ -332,6 +332,22 @@ def container_origin(file: str, line: int, attribute: str) -> WrittenAt | None:
     return None
 
 
+# Calls that convert a tensor to a dtype the script names.
+_CASTS = ("to", "half", "bfloat16", "type")
+
+
+def casts_explicitly(file: str, line: int) -> bool:
+    """Whether the statement at `line` converts a tensor's dtype itself (`.to(x.dtype)`,
+    `.half()`), as opposed to a conversion autocast inserts in front of an op."""
+    tree, _ = _parse(file)
+    statement = _statement_at(tree, line) if tree is not None else None
+    return statement is not None and any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _CASTS
+        for node in ast.walk(statement)
+    )  # fmt: skip
+
+
 def _statement_at(tree: ast.AST, line: int) -> ast.stmt | None:
     """The innermost statement on `line` that is not a definition."""
     return _enclosing(tree, line, ast.stmt,

@@ -40,6 +40,8 @@ def describe_remedy(remedy: dict) -> str:
         return f"default initialization of {', '.join(remedy['modules'])}"
     if kind == "float32":
         return "the model kept in float32"
+    if kind == "float32_at":
+        return f"line {remedy['line']} computed in float32 (its half inputs upcast, autocast off)"
     if kind == "optimizer_eps":
         return f"the optimizer's eps set to {remedy['eps']:g}"
     if kind == "optimizer_settings":
@@ -61,7 +63,7 @@ def horizon(context: StageContext, start: Start = FROM_THE_START) -> int:
 # Remedies that act on what happens at each step, so a run resumed from a rewind point applies
 # them exactly as a run from step 0 would. The others act when the model or optimizer is built
 # (settings, initialization, dtype) and need the script from its start.
-_AT_EACH_STEP = ("guard_op", "sanitize_inputs")
+_AT_EACH_STEP = ("guard_op", "sanitize_inputs", "float32_at")
 # A model trained on other inputs up to a rewind point would see a shifted distribution.
 _FROM_THE_FIRST_BATCH = ("standardize_inputs",)
 # Acting earlier could have prevented the failure: the run resumes some steps before it.
@@ -121,6 +123,13 @@ def _verdict(
     ended = (run.end or {}).get("outcome")
     if done < steps and ended != "finished":
         return False, f"re-ran with {what}: stopped after {done} steps, short of {steps}"
+    never_updated = done == 0 and bool(run.all("optimizer"))
+    if never_updated or done < failed_at:
+        # a script that builds an optimizer and ends without one update (a GradScaler that
+        # skipped every step once its scale fell to 0, say) never reached the step that failed:
+        # finite proves nothing there; a script without an optimizer has no steps to reach
+        return False, (f"re-ran with {what}: the script ended after {done} optimizer steps, "
+                       f"before the step that failed ({failed_at})")  # fmt: skip
     if growth := _diverging([*before[: run.start_step], *run.steps]):
         return False, f"re-ran with {what}: finite, but {growth}"
     past = done - (failed_at + 1)
@@ -151,8 +160,10 @@ def fixes_to_try(findings: list[Finding], max_fixes: int) -> list[Finding]:
     for cause in rank_causes(findings):
         untried = [f for f in findings if f.category == cause.category and f.remedy
                    and f.verified_fix is None and f not in to_try]  # fmt: skip
-        match = next((f for f in untried if f.location == cause.location), None) or next(
-            iter(untried), None
+        at_the_cause = [f for f in untried if f.location == cause.location]
+        # the cause's own claim first: another stage's finding on its line may carry another fix
+        match = next((f for f in at_the_cause if f.code == cause.code), None) or next(
+            iter(at_the_cause + untried), None
         )
         if match is not None:
             to_try.append(match)

@@ -10,6 +10,8 @@ Each remedy is described by a plain dict (it travels in the child's options):
   (x - mean) / std as it is consumed;
 - {"kind": "reinitialize", "modules": [...]}: default re-initialization of those modules;
 - {"kind": "float32"}: keep the model in float32 (no .half()/.bfloat16(), autocast disabled);
+- {"kind": "float32_at", "file": F, "line": L}: compute that user line in float32: its
+  float16/bfloat16 inputs upcast, its casts to them kept float32, autocast off there;
 - {"kind": "optimizer_eps", "eps": E}: optimizers built with eps <= 0 get eps = E;
 - {"kind": "optimizer_settings", "index": I, "settings": {...}}: the I-th optimizer the script
   builds gets these settings in every param group.
@@ -73,6 +75,48 @@ class OpGuard(TorchFunctionMode):
                 args[self.position] = _EPS
                 self.applied += 1
         return tuple(args)
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+class Float32AtTheLine(TorchFunctionMode):
+    """Computes one user line in float32; everything else runs untouched."""
+
+    def __init__(self, file: str, line: int) -> None:
+        super().__init__()
+        self.file, self.line = os.path.abspath(file), line
+        self.applied = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        frame = find_user_frame()
+        if frame is None or frame.line != self.line or frame.file != self.file:
+            return func(*args, **kwargs)
+        self.applied += 1
+        if not getattr(func, "__name__", "").endswith("_"):  # an in-place op keeps its tensor
+            args, kwargs = _in_float32(args), _in_float32(kwargs)
+        with _autocast_off(args, kwargs):
+            return func(*args, **kwargs)
+
+
+def _in_float32(value):
+    """`value` with its half tensors upcast and its half dtypes (a `.to(x.dtype)`) float32."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.dtype in _HALF else value
+    if isinstance(value, torch.dtype):
+        return torch.float32 if value in _HALF else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_in_float32(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _in_float32(v) for k, v in value.items()}
+    return value
+
+
+def _autocast_off(args, kwargs):
+    devices = {t.device.type for t in iter_tensors((args, kwargs))}
+    device = next(iter(devices - {"cpu"}), "cpu")
+    return torch.autocast(device_type=device, enabled=False)
 
 
 def _optimizer_eps(remedy: dict, session) -> None:
@@ -224,10 +268,14 @@ def _identity_cast(original, is_module: bool):
 def apply_remedy(remedy: dict, session) -> None:
     """Install `remedy` for this run (called before the script starts)."""
     kind = remedy["kind"]
-    if kind == "guard_op":
-        guard = OpGuard(remedy["op"], remedy["file"], int(remedy["line"]), remedy.get("guard"))
-        guard.__enter__()
-        session.remedy_guard = guard
+    if kind in ("guard_op", "float32_at"):
+        mode = (
+            OpGuard(remedy["op"], remedy["file"], int(remedy["line"]), remedy.get("guard"))
+            if kind == "guard_op"
+            else Float32AtTheLine(remedy["file"], int(remedy["line"]))
+        )
+        mode.__enter__()
+        session.remedy_guard = mode
         return
     installers = {
         "optimizer_eps": _optimizer_eps,

@@ -9,8 +9,9 @@ In float64 mode the reference also follows its own values through each step (the
 op's chain inputs are the chain results of the ops that made them, restarted from the target's
 values at every optimizer step). A NaN/Inf made from finite inputs that the same-input
 reference reproduces but the chain does not was made by rounding earlier in the step
-(cancellation in float16/bfloat16); the first op where the chain drifted beyond tolerance is
-reported as where it started.
+(cancellation in float16/bfloat16); the first op where the chain drifted beyond tolerance and
+lost a tenth of its value to rounding is reported as where it started (a step of float16 layers
+drifts a few times its tolerance on its own, which starts nothing).
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ _current_node = torch._C._current_autograd_node
 _peek_sequence_nr = torch._C._autograd._get_sequence_nr
 
 _CHAIN_BASIS = "float64 followed from the step's start"
+# The relative error at which rounding has cost a value its leading digit: a cancellation, not
+# the noise float16 (2**-11) or bfloat16 (2**-8) adds at every op.
+_LOST_THE_VALUE = 0.1
 _MAX_WORST_KEYS = 2000
 
 
@@ -412,7 +416,8 @@ class ShadowMode(TorchDispatchMode):
         target, comparison = self._worst_pair(pairs, plan)
         if comparison.nonfinite_only_on == "target":
             return (target, comparison) if _inputs_finite(local) else None
-        if comparison.ratio > 1.0 and self._drift is None:
+        lost = comparison.ratio > 1.0 and (comparison.max_rel_err or 0.0) >= _LOST_THE_VALUE
+        if lost and self._drift is None:
             self._drift = self._describe(func, plan, inputs, target, comparison, node,
                                          _CHAIN_BASIS)  # fmt: skip
         return None

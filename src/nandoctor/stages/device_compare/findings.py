@@ -3,7 +3,7 @@ target does not, `device` when the CPU and the accelerator disagree at the same 
 
 from __future__ import annotations
 
-from nandoctor.instrument.kinds import OVERFLOW_KINDS
+from nandoctor.instrument.kinds import CONVERSION_OVERFLOW, OVERFLOW_KINDS
 from nandoctor.instrument.precision import REDUCED_DTYPES, REDUCED_LABELS
 from nandoctor.report.model import Finding, Location, display_path
 
@@ -88,8 +88,22 @@ def _op_finding(record: dict, run_went_bad: bool) -> Finding | None:
         fix=_fix(record, category),
         location=location,
         severity=severity,
+        remedy=_remedy(record, category, location),
         code="PR401" if category == "precision" else "DV401",
     )
+
+
+def _remedy(record: dict, category: str, location: Location | None) -> dict | None:
+    """Computing the op's line in float32 is the fix shown when rounding, not range, broke the
+    op (a value it needs rounded away, or a cast the dtype cannot hold): the re-run does that."""
+    op_local = _rounded_to_the_edge(record) or record.get("birth_kind") == CONVERSION_OVERFLOW
+    if category != "precision" or location is None or not op_local:
+        return None
+    if record["phase"] == "optimizer":
+        return None  # the fix shown is the optimizer's eps or float32 master weights
+    if _dtype(record.get("drift_from") or record) not in REDUCED_DTYPES:
+        return None  # TF32 is a matmul setting, not a dtype the line's tensors have
+    return {"kind": "float32_at", "file": location.file, "line": location.line}
 
 
 def _reduced_on_the_chain(record: dict) -> bool:
@@ -195,6 +209,12 @@ def _fix(record: dict, category: str) -> str:
             f"rounding in {dtype} breaks this computation: compute it in float32 (`.float()` on "
             "the inputs of the reduction, or outside the autocast region), and prefer "
             "`torch.var`/`F.layer_norm` to E[x^2] - E[x]^2"
+        )
+    if record.get("birth_kind") == CONVERSION_OVERFLOW and dtype in REDUCED_DTYPES:
+        return (
+            f"a value beyond {dtype}'s range is converted to {dtype} here: write constants the "
+            "dtype can hold (`torch.finfo(scores.dtype).min` rather than -1e10 for a mask, say), "
+            "or keep this tensor in float32"
         )
     if dtype == "float16":
         return (
