@@ -86,14 +86,12 @@ class Float32AtTheLine(TorchFunctionMode):
     def __init__(self, file: str, line: int) -> None:
         super().__init__()
         self.file, self.line = os.path.abspath(file), line
-        self.applied = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         frame = find_user_frame()
         if frame is None or frame.line != self.line or frame.file != self.file:
             return func(*args, **kwargs)
-        self.applied += 1
         if not getattr(func, "__name__", "").endswith("_"):  # an in-place op keeps its tensor
             args, kwargs = _in_float32(args), _in_float32(kwargs)
         with _autocast_off(args, kwargs):
