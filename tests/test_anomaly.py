@@ -154,6 +154,26 @@ def test_fix_rewrites_the_users_line(nandoctor):
     )
 
 
+def test_an_evaluation_after_the_last_step_that_reads_inf_is_a_failure(nandoctor):
+    """Training stays finite; the evaluation after it (the model cast to float16) computes an
+    inf the script prints. The run ended with that value: not healthy, and located in the
+    evaluation's own formula."""
+    script = "eval_half_sum_overflow.py"
+    result = nandoctor("run", script)
+    assert result.exit_code == 1, result.stdout + result.stderr
+    report = result.report
+    assert report["status"] == "nonfinite"
+    first = report["first_nonfinite"]
+    assert first["op"] == "aten.sum.dim_IntList" and first["phase"] == "forward"
+    assert first["location"]["line"] == line_of(script, "smooth_loss = -lprobs.sum(")
+    printed = line_of(script, "eval loss {eval_loss")
+    assert first["reached"] == f"a value the script read at line {printed}"
+    top = report["causes"][0]
+    assert top["category"] == "precision" and top["code"] == "PR101"
+    assert top["location"]["line"] == first["location"]["line"]
+    assert top["verified_fix"] is True
+
+
 @pytest.mark.parametrize(
     "script", ["healthy_mlp.py", "healthy_masked_attention.py", "nonfinite_metric_healthy.py"]
 )

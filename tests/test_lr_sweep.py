@@ -332,7 +332,8 @@ def test_a_recurrent_model_gets_the_clip_experiment_and_it_leads_when_it_holds()
     while not search.done:
         for planned in search.take(2):
             search.record(_record(planned.multiplier, planned.purpose, oracle(planned),
-                                  planned.clip, grads=[1.0 + 0.1 * (i % 3) for i in range(20)]))  # fmt: skip
+                                  planned.clip, grads=[1.0 + 0.1 * (i % 3) for i in range(19)]
+                                  + [30.0]))  # fmt: skip
     assert search.clip_run is not None and search.clip_run.multiplier == 1.0
     by_category = {f.category: f for f in findings(search)}
     clip, rate = by_category["exploding_gradients"], by_category["learning_rate"]
@@ -356,17 +357,56 @@ def test_a_clip_keeps_the_rate_only_when_x1_failed_by_a_jump(pattern, keeps):
 
     def record(planned):
         losses = [2.0 - i / 20 for i in range(20)]  # the same progress for every run that trains
-        return RunRecord(planned, oracle(planned), losses=losses, grad_norms=[1.0] * 20)
+        # one step's norm above the clip: the clip changed that step only
+        return RunRecord(planned, oracle(planned), losses=losses, grad_norms=[1.0] * 19 + [50.0])
 
     baseline = record(Planned(1.0, "watched"))
     search = Search(SETTINGS, baseline, False, exploded=Explosion(1.0, 500.0))
     while not search.done:
         for planned in search.take(2):
             search.record(record(planned))
-    assert search.clip_run is not None and search.clip_run.clipped_steps == 0
+    assert search.clip_run is not None and search.clip_run.clipped_steps == 1
     clip = next(f for f in findings(search) if f.category == "exploding_gradients")
     assert clip.remedy["keeps_the_rate"] is keeps
     assert any("built up over several steps" in line for line in clip.evidence) is not keeps
+
+
+def _clip_search(clipped_norm: float, baseline_steps: int) -> Search:
+    """x1 fails by a steady growth after `baseline_steps`, rates up to x1/4 train; a clip at x1
+    trains as far, every step's gradient norm `clipped_norm`."""
+
+    def oracle(planned):
+        if planned.clip is not None or planned.multiplier <= 0.3:
+            return Verdict("stable", "", "loss 2 -> 1")
+        return Verdict("diverged", "D1", "nan", failure_step=baseline_steps, pattern="growth")
+
+    def record(planned, steps=20):
+        norm = clipped_norm if planned.clip is not None else 1.0
+        return RunRecord(planned, oracle(planned), losses=[2.0 - i / 20 for i in range(steps)],
+                         grad_norms=[norm] * steps)  # fmt: skip
+
+    search = Search(SETTINGS, record(Planned(1.0, "watched"), baseline_steps), False)
+    while not search.done:
+        for planned in search.take(2):
+            search.record(record(planned))
+    return search
+
+
+def test_a_clip_that_changed_no_step_is_no_evidence():
+    """x1 failed, and x1 'clipped' trained without the clip ever acting: the failure did not
+    repeat, and clipping cannot be what fixed it."""
+    from nandoctor.stages.lr_sweep.conclusions import findings
+
+    search = _clip_search(clipped_norm=1e-3, baseline_steps=3)
+    assert search.clip_run is not None and search.clip_run.clipped_steps == 0
+    assert [f.category for f in findings(search)] == ["learning_rate"]
+
+
+def test_x1_failing_too_soon_to_show_a_pattern_gets_the_clip_experiment_at_x1():
+    """Two steps hold no gradient-norm history to tell a spike from a growth: whether clipping
+    lets x1 keep its rate is asked directly. With twenty, a steady growth is not clipped."""
+    assert _clip_search(100.0, baseline_steps=2).clip_run.multiplier == 1.0
+    assert _clip_search(100.0, baseline_steps=20).clip_run is None
 
 
 @pytest.mark.parametrize("losses, swept", [([2.0, 1.8, 1.9, 1.7, 1.8], False),

@@ -9,6 +9,7 @@ from conftest import line_of
 from nandoctor.optimizer_settings import absurd_settings
 from nandoctor.source_values import (
     clip_setting,
+    clip_switched_off,
     container_origin,
     container_reads,
     precision_setting,
@@ -125,6 +126,29 @@ def test_the_line_where_a_script_sets_its_gradient_clipping(tmp_path, source, li
     script = tmp_path / "train.py"
     script.write_text(source)
     found = clip_setting(str(script))
+    assert (found.line if found else None) == line
+
+
+@pytest.mark.parametrize(
+    ("source", "script_args", "line"),
+    [
+        ("optimizer_config = dict(grad_clip=None)\n", (), 1),
+        ('CONFIG = {"lr": 1.2, "clip_gradient": False}\n', (), 1),
+        ("p.add_argument('--clip', default=0, type=float)\nclip_grad_norm_(ps, args.clip)\n", (), 1),
+        ("p.add_argument('--clip', default=0, type=float)\nclip_grad_norm_(ps, args.clip)\n",
+         ("--clip", "0.25"), None),  # given on the command line
+        ("p.add_argument('--clip', default=5.0)\nclip_grad_norm_(ps, args.clip)\n", (), None),
+        ("trainer = Trainer(gradient_clip_val=1.0)\n", (), None),
+        ("x = 1\ntorch.nn.utils.clip_grad_norm_(params, max_norm=50.0)\n", (), None),
+        ("def hook(grad_clip=None):\n    pass\n", (), None),  # a parameter, not a setting
+    ],
+)  # fmt: skip
+def test_a_gradient_clipping_setting_that_switches_clipping_off(
+    tmp_path, source, script_args, line
+):
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    found = clip_switched_off(str(script), script_args)
     assert (found.line if found else None) == line
 
 

@@ -139,6 +139,31 @@ def test_clipping_that_trains_at_the_original_rate_outranks_a_smaller_rate():
     assert [c.category for c in ranked] == ["learning_rate", "exploding_gradients"]
 
 
+def test_clipping_that_trains_at_the_rate_leads_when_the_scripts_own_clip_is_switched_off():
+    """The clip shrank most updates (no sign of rare spikes), so on its own it stays below the
+    smaller rate; with the script's own clipping switched off, turning it on is the fix that
+    keeps the rate the script was written for."""
+    from nandoctor.source_values import WrittenAt
+
+    clip = dataclasses.replace(
+        finding("exploding_gradients", 0.42, stage="lr_sweep", verified=True),
+        remedy={"kind": "clip_gradients", "max_norm": 1.0, "multiplier": 1.0,
+                "keeps_the_rate": False, "trains_at_the_rate": True},
+    )  # fmt: skip
+    rate = finding("learning_rate", 0.9, stage="lr_sweep", verified=True)
+    switched_off = WrittenAt(28, 'parser.add_argument("--clip", default=0)', "--clip")
+    ranked = rank_causes(apply_verified_rules([rate, clip], switched_off))
+    assert [c.category for c in ranked] == ["exploding_gradients", "learning_rate"]
+    assert "switched off (line 28" in ranked[1].evidence[-1]
+    assert [c.category for c in rank_causes(apply_verified_rules([rate, clip]))] == [
+        "learning_rate",
+        "exploding_gradients",
+    ]
+    stalled = dataclasses.replace(clip, remedy={**clip.remedy, "trains_at_the_rate": False})
+    ranked = rank_causes(apply_verified_rules([rate, stalled], switched_off))
+    assert [c.category for c in ranked] == ["learning_rate", "exploding_gradients"]
+
+
 def test_standardized_inputs_that_train_at_the_original_rate_outrank_a_smaller_rate():
     # raw counts in the thousands: a smaller rate trains, and so do the same inputs standardized
     # at the original rate; their scale is what to fix

@@ -145,3 +145,36 @@ def test_files_held_open_for_writing_get_private_copies_at_the_same_offset(reque
     assert user_file.read_text() == "before\nwatched\n"
     copy = scratch / "open-files" / str(user_file).lstrip("/")
     assert copy.read_text() == "before\nwatched\nresumed\n"
+
+
+def test_no_point_is_taken_while_the_loss_runs_away():
+    """A point taken after the loss began to rise hands every re-run weights (and momentum)
+    already thrown out of range: a smaller rate or a clip tried from it fails for that alone.
+    Points resume once the loss is back down, or once a higher level has lasted long enough to
+    be the run's new normal; negative losses have no scale to compare."""
+    from nandoctor.child.rewind import RewindKeeper
+
+    keeper = RewindKeeper(session=None, settings={"runaway_factor": 3.0})
+    healthy = [2.0, 1.5, 1.2, 1.0, 0.9, 1.1, 0.8]
+    assert not any(keeper._running_away(loss) for loss in healthy)
+    rising = [keeper._running_away(loss) for loss in (2.0, 3.0, 5.0, 9.0, 20.0, 40.0)]
+    # the median of the last five (lowest 1.0) goes 1, 1.1, 2, 3, then 5: past 3x
+    assert rising == [False, False, False, False, True, True]
+    assert keeper._running_away(float("nan"))
+    # back down once most of the last five are
+    assert [keeper._running_away(0.8) for _ in range(5)] == [True, True, False, False, False]
+    assert not any(RewindKeeper(None, {})._running_away(-v) for v in (1.0, 5.0, 50.0, 500.0))
+    # a loss that rose by design and stays up: after half the run before it, its new normal
+    annealed = RewindKeeper(None, {})
+    held = [annealed._running_away(v) for v in [1.0] * 60 + [4.0] * 60]
+    assert held[62:92] == [True] * 30 and not any(held[93:])
+
+
+def test_a_runaway_factor_at_or_below_1_is_refused():
+    """At 1 or below every step would count as running away, and no point would ever be taken."""
+    from nandoctor.config import load_config
+    from nandoctor.errors import ConfigError
+
+    assert load_config("standard").rewind.runaway_factor == 3.0
+    with pytest.raises(ConfigError, match="runaway_factor"):
+        load_config("standard", overrides={"rewind": {"runaway_factor": 1.0}})

@@ -303,8 +303,9 @@ _CODES = (
         "gradient spikes: the run trains once gradients are clipped",
         "the run at the original (or the stable) learning rate with gradients clipped at a "
         "value taken from the run's healthy gradient norms, or 10x or 100x tighter, trains over "
-        "the whole horizon; it leads the learning rate only when no smaller rate trained, or "
-        "when it changed few steps after a jump (not a growth) of the gradient norm",
+        "the whole horizon, and changed at least one step; it leads the learning rate only "
+        "when no smaller rate trained, or when it changed few steps after a jump (not a "
+        "growth) of the gradient norm",
     ),
     # ---- the diagnosis across stages (ranking.py, optimizer_settings.py) -----------------------
     Code(

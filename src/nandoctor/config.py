@@ -65,6 +65,11 @@ class RewindSettings:
     # and at least `min_interval_s`: the newest lies within that fraction before the failure.
     interval_fraction: float = 0.05
     min_interval_s: float = 0.5
+    # No new point while the loss's running median is this many times its lowest: the point
+    # kept stays from before the run began to run away, so that a re-run from it asks what a
+    # smaller rate or a clip does to a healthy state, not to weights (and momentum) already
+    # thrown out of range.
+    runaway_factor: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,10 @@ def load_config(
     config = _build(Config, data, "")
     if config.rewind.keep < 1:
         raise ConfigError(f"rewind.keep must be at least 1: got {config.rewind.keep}")
+    if not config.rewind.runaway_factor > 1:
+        raise ConfigError(
+            f"rewind.runaway_factor must be above 1: got {config.rewind.runaway_factor}"
+        )
     if config.watch.localize not in ("replay", "always"):
         raise ConfigError(f"watch.localize must be replay or always: got {config.watch.localize!r}")
     unknown_stages = [s for s in config.stages if s not in STAGE_ORDER]

@@ -41,7 +41,7 @@ from nandoctor.runner import (
     run_child,
     script_options,
 )
-from nandoctor.source_values import casts_explicitly
+from nandoctor.source_values import casts_explicitly, clip_switched_off
 from nandoctor.stages import StageContext, StageOutcome, anomaly
 from nandoctor.stages.lr_sweep import rules_out_the_rate
 from nandoctor.target import Target
@@ -358,7 +358,8 @@ def diagnose(
             facts = dataclasses.replace(run_facts(watch), rate_ruled_out=rate_ruled_out)
             findings = apply_causal_rules(findings, facts)
             if completed:
-                findings = apply_verified_rules(verify_findings(context, findings))
+                clip_off = clip_switched_off(target.absolute_script, tuple(target.args))
+                findings = apply_verified_rules(verify_findings(context, findings), clip_off)
             findings = at_the_written_value(findings, target.args)
             findings = at_the_clip_setting(findings, target.absolute_script, target.args)
             findings = at_the_precision_setting(findings, target.absolute_script, target.args,

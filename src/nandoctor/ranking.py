@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from nandoctor.codes import measured_confidence
 from nandoctor.gradient_spikes import cliff_finding, find_cliff
 from nandoctor.report.model import Cause, Finding, Location
-from nandoctor.source_values import clip_setting, precision_setting, where_written
+from nandoctor.source_values import WrittenAt, clip_setting, precision_setting, where_written
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1}
 _GROWTH_FACTOR_LOSS = 10.0  # loss before the failure this many times its early minimum...
 _GROWTH_FACTOR_GRAD = 100.0  # ...or the gradient norm this many times its first value
 _SYMPTOM_DISCOUNT = 0.6  # confidence kept by a finding another finding explains
 _STRONG = 0.85  # a finding this confident can explain away another stage's
-_KEPT_BELOW = 0.9  # a rate explained by standardized inputs: this fraction of their confidence
+_KEPT_BELOW = 0.9  # a rate explained by a fix that held at it: this fraction of its confidence
 
 
 @dataclass(frozen=True)
@@ -208,31 +208,48 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
     return result
 
 
-def apply_verified_rules(findings: list[Finding]) -> list[Finding]:
+def apply_verified_rules(
+    findings: list[Finding], clip_off: WrittenAt | None = None
+) -> list[Finding]:
     """Reason over what the verification re-runs showed. A fix that lets the run train at the
     original learning rate makes what it fixes the root cause: a guard of the failing op (the
     formula), gradient clipping whose loss falls as far as at a smaller rate (the spikes), or
     the inputs standardized (their scale). A smaller learning rate that also helps only
     postpones the step that reaches the op's edge, or shrinks every step to shrink the rare
-    huge ones."""
+    huge ones. `clip_off`: the script's own clipping setting, when it switches clipping off
+    (`grad_clip=None`, `--clip 0`); clipping that trains at the original rate then leads:
+    the script provides the remedy for its rate, and it is off."""
     if any(_guard_held(f) for f in findings):
         reason = ("a guard of the failing op trains at the original learning rate: the "
                   "formula, not the learning rate, is what to fix")  # fmt: skip
     elif any(_clip_kept_the_rate(f) for f in findings):
         reason = ("gradient clipping trains at the original learning rate as well as a smaller "
                   "rate does: the gradient spikes, not the rate, are what to fix")  # fmt: skip
+    elif clip_off is not None and (held := [f for f in findings if _clip_trains_at_the_rate(f)]):
+        # The clip's own confidence is low when it acted on most steps (a smaller step size by
+        # another name): the rate it explains is kept below it.
+        reason = (f"the script's own gradient clipping is switched off (line {clip_off.line}: "
+                  f"`{clip_off.code}`) and clipping trains at the original learning rate: "
+                  "switching it on, not a smaller rate, is what to fix")  # fmt: skip
+        return _learning_rate_kept_below(findings, held, reason)
     elif held := [f for f in findings if _standardizing_held(f)]:
         # A data finding's confidence is low on its own (most large inputs are fine): the rate
         # it explains is kept below it.
         reason = ("the same inputs standardized train at the original learning rate: their "
                   "scale, not the rate, is what to fix")  # fmt: skip
-        below = _KEPT_BELOW * max(f.confidence for f in held)
-        return [dataclasses.replace(f, confidence=min(f.confidence, below))
-                if f.category == "learning_rate" and not _absurd_setting(f) else f
-                for f in _learning_rate_discounted(findings, reason)]  # fmt: skip
+        return _learning_rate_kept_below(findings, held, reason)
     else:
         return findings
     return _learning_rate_discounted(findings, reason)
+
+
+def _learning_rate_kept_below(
+    findings: list[Finding], held: list[Finding], reason: str
+) -> list[Finding]:
+    below = _KEPT_BELOW * max(f.confidence for f in held)
+    return [dataclasses.replace(f, confidence=min(f.confidence, below))
+            if f.category == "learning_rate" and not _absurd_setting(f) else f
+            for f in _learning_rate_discounted(findings, reason)]  # fmt: skip
 
 
 def _guard_held(finding: Finding) -> bool:
@@ -259,6 +276,16 @@ def _clip_kept_the_rate(finding: Finding) -> bool:
         and remedy.get("kind") == "clip_gradients"
         # the sweep's clip at x1, or the script's own clip made to act (at its own rate)
         and bool(remedy.get("keeps_the_rate") or remedy.get("script_clip"))
+    )
+
+
+def _clip_trains_at_the_rate(finding: Finding) -> bool:
+    remedy = finding.remedy or {}
+    return (
+        finding.category == "exploding_gradients"
+        and bool(finding.verified_fix)
+        and remedy.get("kind") == "clip_gradients"
+        and bool(remedy.get("trains_at_the_rate"))
     )
 
 

@@ -82,6 +82,31 @@ def clip_setting(file: str, script_args=()) -> WrittenAt | None:
                           lambda name, value: _is_clip_name(name, clips_itself))  # fmt: skip
 
 
+def clip_switched_off(file: str, script_args=()) -> WrittenAt | None:
+    """The script's gradient-clipping setting, when it switches clipping off: `grad_clip=None`
+    in a config, `"clip_gradient": False`, an argparse `--clip` defaulting to 0 (and not given
+    on the command line). None when the script clips, has no such setting, or sets it at run
+    time."""
+    tree, lines = _parse(file)
+    if tree is None:
+        return None
+    clips_itself = any(word in line for line in lines for word in _CLIPS_GRADIENTS)
+    settings = sorted(_settings(tree), key=lambda setting: setting[0].lineno)
+    for _, name, value in settings:
+        if not _is_clip_name(name, clips_itself) or name.startswith(_CLIPS_GRADIENTS):
+            continue
+        if value is None:  # an argparse option: its default, unless the command line sets it
+            option = _argparse_option(tree, _dest(name))
+            if option is None or _given_on_command_line(option[0], script_args):
+                continue
+            value = next((k.value for k in option[1].keywords if k.arg == "default"), None)
+            if value is None:
+                return _at(option[1], lines, "an argparse default")  # no default: None
+        if isinstance(value, ast.Constant) and value.value in (None, False, 0):
+            return _at(value, lines, name)
+    return None
+
+
 # The options that choose a framework's precision: Lightning's and Fabric's `precision`,
 # accelerate's `mixed_precision`, the HF Trainer's `fp16` / `bf16`.
 _PRECISION_NAMES = ("precision", "mixed_precision")

@@ -161,6 +161,7 @@ def _run_script(options: ChildOptions, session, events: EventWriter) -> str:
     except SystemExit as exit_:
         code = exit_.code
         if code in (None, 0):
+            session.report_nonfinite_read(dying=False)
             return "finished"
         session.report_nonfinite_read()
         events.emit("script_exit", code=code if isinstance(code, int) else 1,
@@ -174,6 +175,7 @@ def _run_script(options: ChildOptions, session, events: EventWriter) -> str:
         session.report_nonfinite_read()  # `raise ValueError("loss is nan")` after loss.item()
         events.emit("script_error", **_describe_error(error))
         return "error"
+    session.report_nonfinite_read(dying=False)  # an evaluation after the last step went NaN
     return "finished"
 
 

@@ -17,7 +17,10 @@ time so far has passed since the last (at least `min_interval_s`, and at least 2
 the last point cost: the fork, and the page copies that slow the step after it; so points cost
 at most about 5 % of the run), so their number
 grows with the log of the run's length, and the newest lies within that fraction of the run
-before the failure. The newest `keep` are kept; older ones are ended. A point costs the memory
+before the failure. The newest `keep` are kept; older ones are ended. While the run is running
+away (the median of its last few losses `runaway_factor` times their lowest) no point is taken:
+the one kept stays from before the loss began to rise, where a smaller rate or a clip can still
+be tried on a healthy state. A point costs the memory
 the watched run rewrites after the fork (copy on write): about one copy of parameters,
 optimizer state and activations.
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import math
 import os
 import secrets
 import select
@@ -38,6 +42,7 @@ import shutil
 import signal
 import socket
 import stat
+import statistics
 import struct
 import sys
 import threading
@@ -50,6 +55,9 @@ _POLL_S = 0.2
 # A point is due no sooner than this many times what the last one cost: points take at most
 # about 1/20 of the run's time.
 _OVERHEAD_FACTOR = 20.0
+# The loss level a runaway is measured on: the median of this many recent step losses (one
+# noisy batch neither starts nor ends a runaway).
+_LEVEL_STEPS = 5
 
 
 class RewindKeeper:
@@ -69,11 +77,19 @@ class RewindKeeper:
         self._boundary = self.started  # when the last step ended
         self._plain_step_s: float | None = None  # the shortest step not right after a point
         self._just_forked = False
+        self.runaway_factor = float(settings.get("runaway_factor", 3.0))
+        self._recent: list[float] = []  # the last step losses
+        self._lowest_level: float | None = None
+        self._losses_seen = 0
+        self._runaway_since: int | None = None  # losses seen when the runaway began
 
-    def at_step_boundary(self) -> None:
-        """Between two optimizer steps: take a point when one is due and a fork is safe."""
+    def at_step_boundary(self, loss: float | None = None) -> None:
+        """Between two optimizer steps: take a point when one is due, a fork is safe and the
+        run is not running away."""
         now = time.monotonic()
         self._time_the_step(now)
+        if self._running_away(loss):
+            return  # keep the point from before; one is taken once the loss is back down
         due = max(self.min_interval_s, self.fraction * (now - self.started),
                   _OVERHEAD_FACTOR * self._last_cost)  # fmt: skip
         if now - self.last < due:
@@ -91,6 +107,34 @@ class RewindKeeper:
         self._last_cost = self.last - now
         self._just_forked = reason is None
         self._boundary = self.last
+
+    def _running_away(self, loss: float | None) -> bool:
+        """The median of the last few losses is `runaway_factor` times the lowest such median
+        so far. Only positive losses have a scale to compare (a log-likelihood or a GAN's
+        losses may be negative); a non-finite one is past any point worth taking. A higher
+        level that lasts half as long as the run before it (20 steps at least) is the run's new
+        normal, not a runaway (a loss that rises by design: a KL weight annealed in)."""
+        if loss is None:
+            return False
+        if not math.isfinite(loss):
+            return True
+        self._losses_seen += 1
+        self._recent = [*self._recent, loss][-_LEVEL_STEPS:]
+        level = statistics.median(self._recent)
+        if level <= 0 or len(self._recent) < _LEVEL_STEPS:
+            return False
+        if self._lowest_level is None or level < self._lowest_level:
+            self._lowest_level = level
+        if level <= self.runaway_factor * self._lowest_level:
+            self._runaway_since = None
+            return False
+        if self._runaway_since is None:
+            self._runaway_since = self._losses_seen
+        lasted = self._losses_seen - self._runaway_since
+        if lasted >= max(20, self._runaway_since // 2):
+            self._lowest_level, self._runaway_since = level, None
+            return False
+        return True
 
     def _time_the_step(self, now: float) -> None:
         """Add to the last point's cost what the step after it took beyond a plain step: its

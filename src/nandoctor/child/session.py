@@ -65,6 +65,7 @@ class WatchSession:
     ) -> None:
         self.started = time.monotonic()
         self._nonfinite_read: tuple | None = None  # (tensor, SourceLine | None): see _scalar_read
+        self._nonfinite_read_evaluated = False  # ... computed without autograd (an evaluation)
         # The nonfinite events of a loss, and of gradients after backward, no step took yet
         self._pending_loss: dict | None = None
         self._pending_grad: dict | None = None
@@ -474,13 +475,8 @@ class WatchSession:
 
     def _finish_step(self, lrs: list[float | None]) -> None:
         losses, self._losses = self._losses, []
-        self.events.emit(
-            "step",
-            step=self.step,
-            loss=sum(losses) / len(losses) if losses else None,
-            grad_norm=self._grad_norm,
-            lr=lrs,
-        )
+        loss = sum(losses) / len(losses) if losses else None
+        self.events.emit("step", step=self.step, loss=loss, grad_norm=self._grad_norm, lr=lrs)
         self.step += 1
         self._forward_this_step = False
         self._activate_detector_at(self.step)
@@ -489,7 +485,7 @@ class WatchSession:
             self.stopping = True
             raise StopRun("step budget reached")
         if self.rewind is not None:
-            self.rewind.at_step_boundary()  # a resumed re-run returns from here, reconfigured
+            self.rewind.at_step_boundary(loss)  # a resumed re-run returns from here, reconfigured
 
     # ---- checks -----------------------------------------------------------------------------
     def _check_grads(self, optimizer=None, defer: bool = False) -> None:
@@ -552,13 +548,23 @@ class WatchSession:
         }  # fmt: skip
 
     def _scalar_read(self, tensor: torch.Tensor, value) -> None:
-        """The script read a number out of a tensor. A non-finite one computed from the
-        parameters (a loss the script prints, then raises on) is kept: if the script dies
-        before it trains on, that value is the failure it died of."""
-        if self.paused or not isinstance(value, float) or math.isfinite(value):
+        """The script read values out of a tensor: a number (`item()`, `float()`), or an array
+        (`numpy()`, how a Trainer gathers its evaluation losses). A non-finite one is kept: if
+        the script dies, or ends, before it trains on, that value is the failure it died of or
+        ended with (a loss it printed and raised on, an evaluation loss computed after the
+        last step)."""
+        if self.paused:
             return
-        if tensor.grad_fn is not None:
+        if isinstance(value, float):
+            bad = not math.isfinite(value)
+        elif tensor.is_floating_point() and tensor.numel():
+            with self.quiet():
+                bad = not bool(torch.isfinite(tensor).all())
+        else:
+            return
+        if bad:
             self._nonfinite_read = (tensor, find_user_frame())
+            self._nonfinite_read_evaluated = tensor.grad_fn is None
 
     def _numpy_error(self, kind: str, where) -> None:
         """numpy made NaN/Inf at a user line (instrument/numpy_errors.py): kept, once per line,
@@ -572,16 +578,19 @@ class WatchSession:
         self.events.emit("numpy_error", error=kind, step=self.step,
                          location=where.as_dict() if where else None)  # fmt: skip
 
-    def report_nonfinite_read(self) -> bool:
-        """The script is dying (an exception, a non-zero exit): when it last read a non-finite
-        value and did not train on after it, that value is reported as the NaN/Inf the run
-        failed with."""
+    def report_nonfinite_read(self, dying: bool = True) -> bool:
+        """The script is dying (an exception, a non-zero exit), or ended (`dying=False`): when
+        it last read a non-finite value and did not train on after it, that value is reported
+        as the NaN/Inf the run failed with. A dying script's loss or gradients that no step
+        took count too; at a normal end they may be a step a GradScaler skipped. At a normal
+        end only a value computed without autograd counts: an evaluation's result, not a
+        metric of the last training step (`exp(100 * loss).item()` overflowing is no failure)."""
         if self.found_nonfinite:
             return False
         pending = self._pending_loss or self._pending_grad  # died before a step took them
-        if pending is not None:
+        if dying and pending is not None:
             return self._announce_dying(pending)
-        if self._nonfinite_read is None:
+        if self._nonfinite_read is None or not (dying or self._nonfinite_read_evaluated):
             return False
         tensor, where = self._nonfinite_read
         line = f" at line {where.line}" if where else ""

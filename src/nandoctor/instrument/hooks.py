@@ -184,9 +184,11 @@ class HookSet:
                 self._undo.append(lambda o=owner, k=kind, f=original: setattr(o, k, f))
 
     def scalar_reads(self, read: Callable) -> None:
-        """Call `read(tensor, value)` after every `tensor.item()` and `float(tensor)`: the
-        values a script prints, logs and checks (`if math.isnan(loss.item()): raise ...`)."""
-        for name in ("item", "__float__"):
+        """Call `read(tensor, value)` after every `tensor.item()`, `float(tensor)` and
+        `tensor.numpy()`: the values a script prints, logs and checks (`if
+        math.isnan(loss.item()): raise ...`), and the arrays a Trainer gathers its evaluation
+        losses in."""
+        for name in ("item", "__float__", "numpy"):
             self._wrap_method(torch.Tensor, name, read)
 
     def _wrap_method(self, owner: type, name: str, read: Callable) -> None:

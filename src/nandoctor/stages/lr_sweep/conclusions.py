@@ -195,7 +195,9 @@ def findings(search: Search) -> list[Finding]:
     if conclusion_of(search) == LEARNING_RATE:
         found.append(_learning_rate_finding(search))
     clip = search.clip_run
-    if clip is not None and clip.verdict.verdict == "stable":
+    # A clip that changed no step changed nothing: the run it helped would have trained as it
+    # was (a failure that did not repeat), so it is no evidence about gradients.
+    if clip is not None and clip.verdict.verdict == "stable" and clip.clipped_steps:
         found.append(_clip_finding(search, clip))
     return found
 
@@ -340,6 +342,10 @@ def _clip_finding(search: Search, clip: RunRecord) -> Finding:
             "max_norm": value,
             "multiplier": m,
             "keeps_the_rate": keeps_the_rate,
+            # clipping alone trains at the original rate (the loss not stalled): with the
+            # script's own clipping switched off, turning it on is the fix (ranking.py)
+            "trains_at_the_rate": same(m, 1.0)
+            and progress(clip.losses) > search.settings.stall_progress,
         },
         code="EG501",
     )

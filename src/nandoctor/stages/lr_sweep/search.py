@@ -10,7 +10,8 @@ stable too) and the smallest failing one above it. Recommendation: that stable m
 a safety margin (1/sqrt 2 when refined and the horizon reached 1.5x the failure, else 1/2), or
 the largest multiplier already run stable at or below that, else run once to verify it. Clip
 experiment: a run that failed through spikes rather than steady growth (or at all, in a
-recurrent model) is re-run with gradient clipping.
+recurrent model, after x1's gradient norm exploded, or when x1 failed too soon to tell) is
+re-run with gradient clipping.
 """
 
 from __future__ import annotations
@@ -368,6 +369,11 @@ class Search:
         self.queue.append(Planned(self.recommended, VERIFY))
         return True
 
+    def _too_short_to_tell(self, record: RunRecord) -> bool:
+        """x1 failed within a few steps: too few gradient norms to tell a spike from a growth,
+        so whether clipping alone lets it keep its rate is the question to ask."""
+        return record is self.baseline and record.steps < self.settings.clip_min_steps
+
     def _plan_clip(self) -> bool:
         """Re-run the largest multiplier that failed through spikes (or failed at all, in a
         recurrent model or after x1's gradient norm exploded) with gradients clipped at a value
@@ -376,7 +382,8 @@ class Search:
         if not self.settings.clip_experiment or self.lr_insensitive():
             return False
         spiky = [r for r in self.measured() if r.verdict.failing
-                 and (r.verdict.pattern == "spike" or self.recurrent or self.exploded)]  # fmt: skip
+                 and (r.verdict.pattern == "spike" or self.recurrent or self.exploded
+                      or self._too_short_to_tell(r))]  # fmt: skip
         if not spiky:
             return False
         target = max(spiky, key=lambda r: r.multiplier)
