@@ -773,6 +773,18 @@ def test_hand_written_updates_are_steps_and_the_sweep_says_why_it_cannot_scale_t
     assert report["causes"][0]["category"] == "learning_rate"
 
 
+def test_gradients_taken_with_autograd_grad_are_backward_passes(nandoctor):
+    """A functional loop (`torch.autograd.grad`, weights updated by hand) was watched as if it
+    never trained: no step, no loss, and its nan printed every line of a run called healthy."""
+    result = nandoctor("run", "autograd_grad_sgd_diverges.py")
+    assert result.exit_code == 1, result.stdout + result.stderr
+    report = result.report
+    assert report["status"] == "nonfinite"
+    losses = report["run"]["losses"]
+    assert len(losses) == 3 and losses[-1] > 1e20  # three hand-made steps, the loss exploding
+    assert report["causes"][0]["category"] == "learning_rate"
+
+
 def test_a_script_that_raises_on_the_nan_loss_it_read_is_diagnosed(nandoctor):
     # The trainer reads `loss.item()`, sees nan and raises before any backward on it.
     script = "raises_on_nan_loss.py"

@@ -34,18 +34,28 @@ class HookSet:
 
         `Tensor.backward` reaches the engine through the module attribute
         `torch.autograd.backward`, so replacing it there catches both spellings.
+        `torch.autograd.grad` is a backward pass too: functional training loops (ports of JAX
+        code, meta-learning) take their gradients from it and update the tensors by hand.
         """
-        original = torch.autograd.backward
+        inside = []  # a pass under way: a torch-function mode re-enters `grad` through its API
 
-        def backward(tensors, *args, **kwargs):
-            before(tensors)
-            try:
-                return original(tensors, *args, **kwargs)
-            finally:
-                after(tensors)
+        for name in ("backward", "grad"):
+            original = getattr(torch.autograd, name)
 
-        torch.autograd.backward = backward
-        self._undo.append(lambda: setattr(torch.autograd, "backward", original))
+            def backward(tensors, *args, _original=original, **kwargs):
+                if inside:
+                    return _original(tensors, *args, **kwargs)
+                before(tensors)
+                inside.append(True)
+                try:
+                    return _original(tensors, *args, **kwargs)
+                finally:
+                    inside.pop()
+                    after(tensors)
+
+            backward.__doc__ = original.__doc__
+            setattr(torch.autograd, name, backward)
+            self._undo.append(lambda n=name, f=original: setattr(torch.autograd, n, f))
 
     def batches(self, entered: Callable, produced: Callable) -> None:
         """Call `entered()` before and `produced(batch)` after every DataLoader batch."""
