@@ -146,10 +146,7 @@ def test_the_line_where_a_script_sets_its_gradient_clipping(tmp_path, source, li
 def test_a_gradient_clipping_setting_that_switches_clipping_off(
     tmp_path, source, script_args, line
 ):
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    found = clip_switched_off(str(script), script_args)
-    assert (found.line if found else None) == line
+    assert _line_found(clip_switched_off, tmp_path, source, script_args) == line
 
 
 def test_a_clipping_option_given_on_the_command_line_is_said_to_be(tmp_path):
@@ -177,10 +174,15 @@ def test_a_clipping_option_given_on_the_command_line_is_said_to_be(tmp_path):
 def test_the_line_where_a_framework_option_chooses_reduced_precision(
     tmp_path, source, script_args, line
 ):
+    assert _line_found(precision_setting, tmp_path, source, script_args) == line
+
+
+def _line_found(finder, tmp_path, source: str, script_args) -> int | None:
+    """The line `finder(script, script_args)` names in a script holding `source`, or None."""
     script = tmp_path / "train.py"
     script.write_text(source)
-    found = precision_setting(str(script), script_args)
-    assert (found.line if found else None) == line
+    found = finder(str(script), script_args)
+    return found.line if found else None
 
 
 _DATASET = """\

@@ -65,10 +65,10 @@ class RewindSettings:
     # and at least `min_interval_s`: the newest lies within that fraction before the failure.
     interval_fraction: float = 0.05
     min_interval_s: float = 0.5
-    # No new point while the loss's running median is this many times its lowest: the point
-    # kept stays from before the run began to run away, so that a re-run from it asks what a
-    # smaller rate or a clip does to a healthy state, not to weights (and momentum) already
-    # thrown out of range.
+    # No new point while the loss's running median is this many times its lowest of the last
+    # 100 steps (child/rewind.py): the point kept stays from before the climb, so that a re-run
+    # from it asks what a smaller rate or a clip does to a healthy state, not to weights (and
+    # momentum) already thrown out of range.
     runaway_factor: float = 3.0
 
 

@@ -268,25 +268,21 @@ def _standardizing_held(finding: Finding) -> bool:
     )
 
 
-def _clip_kept_the_rate(finding: Finding) -> bool:
+def _verified_clip(finding: Finding) -> dict:
+    """The remedy of a gradient-clipping fix that held, or {}."""
     remedy = finding.remedy or {}
-    return (
-        finding.category == "exploding_gradients"
-        and bool(finding.verified_fix)
-        and remedy.get("kind") == "clip_gradients"
-        # the sweep's clip at x1, or the script's own clip made to act (at its own rate)
-        and bool(remedy.get("keeps_the_rate") or remedy.get("script_clip"))
-    )
+    held = finding.category == "exploding_gradients" and bool(finding.verified_fix)
+    return remedy if held and remedy.get("kind") == "clip_gradients" else {}
+
+
+def _clip_kept_the_rate(finding: Finding) -> bool:
+    remedy = _verified_clip(finding)
+    # the sweep's clip at x1, or the script's own clip made to act (at its own rate)
+    return bool(remedy.get("keeps_the_rate") or remedy.get("script_clip"))
 
 
 def _clip_trains_at_the_rate(finding: Finding) -> bool:
-    remedy = finding.remedy or {}
-    return (
-        finding.category == "exploding_gradients"
-        and bool(finding.verified_fix)
-        and remedy.get("kind") == "clip_gradients"
-        and bool(remedy.get("trains_at_the_rate"))
-    )
+    return bool(_verified_clip(finding).get("trains_at_the_rate"))
 
 
 def _learning_rate_discounted(findings: list[Finding], reason: str) -> list[Finding]:

@@ -18,9 +18,9 @@ the last point cost: the fork, and the page copies that slow the step after it; 
 at most about 5 % of the run), so their number
 grows with the log of the run's length, and the newest lies within that fraction of the run
 before the failure. The newest `keep` are kept; older ones are ended. While the run is running
-away (the median of its last few losses `runaway_factor` times their lowest) no point is taken:
-the one kept stays from before the loss began to rise, where a smaller rate or a clip can still
-be tried on a healthy state. A point costs the memory
+away (the median of its last few losses `runaway_factor` times its lowest of the last 100 steps)
+no point is taken: the one kept stays from before the loss began to climb, where a smaller rate
+or a clip can still be tried on a healthy state. A point costs the memory
 the watched run rewrites after the fork (copy on write): about one copy of parameters,
 optimizer state and activations.
 
@@ -31,6 +31,7 @@ user's log or CSV is not appended to by a re-run.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import json
@@ -56,8 +57,12 @@ _POLL_S = 0.2
 # about 1/20 of the run's time.
 _OVERHEAD_FACTOR = 20.0
 # The loss level a runaway is measured on: the median of this many recent step losses (one
-# noisy batch neither starts nor ends a runaway).
+# noisy batch neither starts nor ends a runaway) ...
 _LEVEL_STEPS = 5
+# ... against its lowest over this many steps: a climb that outruns it is a runaway; a slow
+# drift (a warm-up raising the loss over thousands of steps, a KL weight annealed in) is not,
+# and a point is never held back for longer than this.
+_LOW_WINDOW = 100
 
 
 class RewindKeeper:
@@ -79,9 +84,7 @@ class RewindKeeper:
         self._just_forked = False
         self.runaway_factor = float(settings.get("runaway_factor", 3.0))
         self._recent: list[float] = []  # the last step losses
-        self._lowest_level: float | None = None
-        self._losses_seen = 0
-        self._runaway_since: int | None = None  # losses seen when the runaway began
+        self._levels: collections.deque[float] = collections.deque(maxlen=_LOW_WINDOW)
 
     def at_step_boundary(self, loss: float | None = None) -> None:
         """Between two optimizer steps: take a point when one is due, a fork is safe and the
@@ -109,32 +112,20 @@ class RewindKeeper:
         self._boundary = self.last
 
     def _running_away(self, loss: float | None) -> bool:
-        """The median of the last few losses is `runaway_factor` times the lowest such median
-        so far. Only positive losses have a scale to compare (a log-likelihood or a GAN's
-        losses may be negative); a non-finite one is past any point worth taking. A higher
-        level that lasts half as long as the run before it (20 steps at least) is the run's new
-        normal, not a runaway (a loss that rises by design: a KL weight annealed in)."""
+        """The median of the last few losses is `runaway_factor` times its lowest over the last
+        `_LOW_WINDOW` steps. Only positive losses have a scale to compare (a log-likelihood or a
+        GAN's losses may be negative); a non-finite one is past any point worth taking."""
         if loss is None:
             return False
         if not math.isfinite(loss):
             return True
-        self._losses_seen += 1
         self._recent = [*self._recent, loss][-_LEVEL_STEPS:]
+        if len(self._recent) < _LEVEL_STEPS:
+            return False
         level = statistics.median(self._recent)
-        if level <= 0 or len(self._recent) < _LEVEL_STEPS:
-            return False
-        if self._lowest_level is None or level < self._lowest_level:
-            self._lowest_level = level
-        if level <= self.runaway_factor * self._lowest_level:
-            self._runaway_since = None
-            return False
-        if self._runaway_since is None:
-            self._runaway_since = self._losses_seen
-        lasted = self._losses_seen - self._runaway_since
-        if lasted >= max(20, self._runaway_since // 2):
-            self._lowest_level, self._runaway_since = level, None
-            return False
-        return True
+        self._levels.append(level)
+        lowest = min(self._levels)
+        return lowest > 0 and level > self.runaway_factor * lowest
 
     def _time_the_step(self, now: float) -> None:
         """Add to the last point's cost what the step after it took beyond a plain step: its
