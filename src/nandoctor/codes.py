@@ -304,8 +304,9 @@ _CODES = (
         "the run at the original (or the stable) learning rate with gradients clipped at a "
         "value taken from the run's healthy gradient norms, or 10x or 100x tighter, trains over "
         "the whole horizon, and changed at least one step; it leads the learning rate only "
-        "when no smaller rate trained, or when it changed few steps after a jump (not a "
-        "growth) of the gradient norm",
+        "when no smaller rate trained, when it changed few steps after a jump (not a growth) "
+        "of the gradient norm, or when it trains at the original rate and the script's own "
+        "clipping is switched off (`grad_clip=None`, a `--clip` defaulting to 0)",
     ),
     # ---- the diagnosis across stages (ranking.py, optimizer_settings.py) -----------------------
     Code(
