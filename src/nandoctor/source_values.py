@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _MAX_HOPS = 4  # names followed from the call back to a literal
@@ -77,9 +78,8 @@ def clip_setting(file: str, script_args=()) -> WrittenAt | None:
     tree, lines = _parse(file)
     if tree is None:
         return None
-    clips_itself = any(word in line for line in lines for word in _CLIPS_GRADIENTS)
-    return _first_setting(tree, lines, script_args,
-                          lambda name, value: _is_clip_name(name, clips_itself))  # fmt: skip
+    names_a_clip = _clip_names(lines)
+    return _first_setting(tree, lines, script_args, lambda name, value: names_a_clip(name))
 
 
 def clip_switched_off(file: str, script_args=()) -> WrittenAt | None:
@@ -90,10 +90,10 @@ def clip_switched_off(file: str, script_args=()) -> WrittenAt | None:
     tree, lines = _parse(file)
     if tree is None:
         return None
-    clips_itself = any(word in line for line in lines for word in _CLIPS_GRADIENTS)
+    names_a_clip = _clip_names(lines)
     settings = sorted(_settings(tree), key=lambda setting: setting[0].lineno)
     for _, name, value in settings:
-        if not _is_clip_name(name, clips_itself) or name.startswith(_CLIPS_GRADIENTS):
+        if not names_a_clip(name) or name.startswith(_CLIPS_GRADIENTS):
             continue
         if value is None:  # an argparse option: its default, unless the command line sets it
             option = _argparse_option(tree, _dest(name))
@@ -188,6 +188,13 @@ def _called_name(call: ast.Call) -> str:
 def _dest(flag: str) -> str:
     """The attribute argparse stores an option under: `--max-grad-norm` -> `max_grad_norm`."""
     return flag.lstrip("-").replace("-", "_")
+
+
+def _clip_names(lines: tuple[str, ...]) -> Callable[[str], bool]:
+    """Which setting names are a gradient clip's in this script: a bare `clip` only where the
+    script calls a clipping function (else it may be PPO's ratio clip)."""
+    clips_itself = any(word in line for line in lines for word in _CLIPS_GRADIENTS)
+    return lambda name: _is_clip_name(name, clips_itself)
 
 
 def _is_clip_name(name: str, clips_itself: bool) -> bool:

@@ -160,13 +160,11 @@ def _run_script(options: ChildOptions, session, events: EventWriter) -> str:
         return "stopped"
     except SystemExit as exit_:
         code = exit_.code
-        if code in (None, 0):
-            session.report_nonfinite_read(dying=False)
-            return "finished"
-        session.report_nonfinite_read()
-        events.emit("script_exit", code=code if isinstance(code, int) else 1,
-                    message=None if isinstance(code, int) else str(code))  # fmt: skip
-        return "exit"
+        if code not in (None, 0):
+            session.report_nonfinite_read()
+            events.emit("script_exit", code=code if isinstance(code, int) else 1,
+                        message=None if isinstance(code, int) else str(code))  # fmt: skip
+            return "exit"
     except KeyboardInterrupt:
         return "interrupted"
     except BaseException as error:  # the user's own failure is data for the report

@@ -83,7 +83,7 @@ class RewindKeeper:
         self._plain_step_s: float | None = None  # the shortest step not right after a point
         self._just_forked = False
         self.runaway_factor = float(settings.get("runaway_factor", 3.0))
-        self._recent: list[float] = []  # the last step losses
+        self._recent: collections.deque[float] = collections.deque(maxlen=_LEVEL_STEPS)
         self._levels: collections.deque[float] = collections.deque(maxlen=_LOW_WINDOW)
 
     def at_step_boundary(self, loss: float | None = None) -> None:
@@ -119,7 +119,7 @@ class RewindKeeper:
             return False
         if not math.isfinite(loss):
             return True
-        self._recent = [*self._recent, loss][-_LEVEL_STEPS:]
+        self._recent.append(loss)
         if len(self._recent) < _LEVEL_STEPS:
             return False
         level = statistics.median(self._recent)

@@ -65,7 +65,6 @@ class WatchSession:
     ) -> None:
         self.started = time.monotonic()
         self._nonfinite_read: tuple | None = None  # (tensor, SourceLine | None): see _scalar_read
-        self._nonfinite_read_evaluated = False  # ... computed without autograd (an evaluation)
         # The nonfinite events of a loss, and of gradients after backward, no step took yet
         self._pending_loss: dict | None = None
         self._pending_grad: dict | None = None
@@ -557,14 +556,13 @@ class WatchSession:
             return
         if isinstance(value, float):
             bad = not math.isfinite(value)
-        elif tensor.is_floating_point() and tensor.numel():
+        elif is_checked(tensor):
             with self.quiet():
-                bad = not bool(torch.isfinite(tensor).all())
+                bad = not is_finite(tensor)
         else:
             return
         if bad:
             self._nonfinite_read = (tensor, find_user_frame())
-            self._nonfinite_read_evaluated = tensor.grad_fn is None
 
     def _numpy_error(self, kind: str, where) -> None:
         """numpy made NaN/Inf at a user line (instrument/numpy_errors.py): kept, once per line,
@@ -590,9 +588,11 @@ class WatchSession:
         pending = self._pending_loss or self._pending_grad  # died before a step took them
         if dying and pending is not None:
             return self._announce_dying(pending)
-        if self._nonfinite_read is None or not (dying or self._nonfinite_read_evaluated):
+        if self._nonfinite_read is None:
             return False
         tensor, where = self._nonfinite_read
+        if not dying and tensor.grad_fn is not None:
+            return False  # computed with autograd: a training step's metric
         line = f" at line {where.line}" if where else ""
         with self.quiet():
             found = self._found(tensor, "read", f"a value the script read{line}", tensor)
