@@ -95,22 +95,60 @@ def test_a_running_variance_that_overflows_is_born_in_batch_norm():
     assert not birth.inputs_nonfinite and not torch.isfinite(norm.running_var).any()
 
 
+def _own_update_cause(nandoctor, script: str, op: str, kind: str, code: str, *stages) -> dict:
+    """The top cause of a run whose NaN/Inf is born in the script's own optimizer.step(): it
+    is the update's, at the step's line marked "the line to fix"."""
+    result = nandoctor("run", script, "--stages", ",".join(("anomaly", *stages)))
+    first = result.report["first_nonfinite"]
+    assert (first["phase"], first["op"], first["kind"]) == ("optimizer", op, kind)
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("optimizer_config", code)
+    assert cause["location"]["line"] == line_of(script, "the line to fix")
+    assert all(c["category"] != "learning_rate" for c in result.report["causes"])
+    return result.report
+
+
 def test_an_optimizer_of_the_scripts_own_is_fixed_at_its_failing_line(nandoctor):
     # `v.rsqrt().add_(eps)` inside a pasted optimizer: the inf is born in rsqrt, followed
     # through the in-place ops on that temporary, and the line to fix is the optimizer's own,
     # verified by a re-run that guards it as an op of the script's would be.
-    script = "optimizer_own_rsqrt_eps.py"
-    result = nandoctor("run", script, *ANOMALY)
-    first = result.report["first_nonfinite"]
-    assert (first["phase"], first["op"], first["kind"]) == (
-        "optimizer", "aten.rsqrt.default", "division_by_zero")  # fmt: skip
-    cause = result.report["causes"][0]
-    assert (cause["category"], cause["code"]) == ("optimizer_config", "OC101")
-    assert cause["location"]["line"] == line_of(script, "the line to fix")
+    report = _own_update_cause(nandoctor, "optimizer_own_rsqrt_eps.py", "aten.rsqrt.default",
+                               "division_by_zero", "OC101")  # fmt: skip
+    cause = report["causes"][0]
     # the guard of that line is the fix a re-run verifies; the eps advice comes with it
     assert cause["fix"].startswith("`inverse = v.clamp_min(")
     assert "add eps before dividing" in cause["fix"]
     assert cause["verified_fix"] is True
+
+
+def test_a_domain_error_in_the_scripts_own_update_is_its_formula(nandoctor):
+    # A centred RMSProp's `(n - g * g).sqrt()`: n - g*g of a constant gradient rounds below 0.
+    # Born in the update from finite gradients: the optimizer's formula, at its own line,
+    # verified by the guard a user would paste (not a smaller rate, not the weights).
+    report = _own_update_cause(nandoctor, "optimizer_own_centred_sqrt.py", "aten.sqrt.default",
+                               "domain", "OC102")  # fmt: skip
+    cause = report["causes"][0]
+    assert cause["fix"].startswith("`denom = ((n - g * g).clamp_min(1e-12)).sqrt()")
+    assert cause["verified_fix"] is True
+
+
+def test_an_overflowing_quotient_of_the_scripts_own_update_is_its_formula(nandoctor):
+    # `m.div(beta ** t)`: a bias correction written for `1 - beta ** t`. The quotient outgrows
+    # float32 at step ~160 whatever the rate; the fix names the line's formula.
+    report = _own_update_cause(nandoctor, "optimizer_own_debias_overflow.py", "aten.div.Tensor",
+                               "overflow", "OC103")  # fmt: skip
+    assert "1 - beta ** step" in report["causes"][0]["fix"]
+
+
+def test_an_optimizer_without_a_learning_rate_is_not_swept_and_its_rule_is_the_cause(nandoctor):
+    # An AdaDelta (no lr: its step is its own ratio) that sums squared updates: the loss grows
+    # for a hundred steps, then the sum overflows. No multiplier can scale it, so the sweep is
+    # skipped as evidence against the rate, and the update rule is named at its line.
+    report = _own_update_cause(nandoctor, "optimizer_own_without_rate.py", "aten.add_.Tensor",
+                               "overflow", "OC103", "lr_sweep")  # fmt: skip
+    sweep = report["stages"]["lr_sweep"]
+    assert sweep["status"] == "skipped" and sweep["conclusion"] == "no_learning_rate"
+    assert "has no learning rate" in sweep["summary"]
 
 
 def test_late_failure_is_localized_by_a_replay(nandoctor):

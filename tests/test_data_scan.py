@@ -295,7 +295,8 @@ def test_origin_tracer_finds_the_numpy_line_and_keeps_random_state():
 
 def test_a_value_the_dataset_only_reads_is_located_where_its_container_was_filled(nandoctor):
     # __getitem__ returns `self.features[i], self.targets[i]`: the NaN was made when the table
-    # was parsed, before training; that line leads, the read stays as evidence.
+    # was parsed, before training, inside the script's own `parse_table` (followed from the
+    # line that calls it to its `return`); that line leads, the read stays as evidence.
     script = "data_container_filled_at_load.py"
     result = nandoctor("run", script, "--stages", "data_scan,anomaly")
     assert result.exit_code == 1

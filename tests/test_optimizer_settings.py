@@ -206,10 +206,18 @@ class Rows(Dataset):
         return row
 
 
+def load(path):
+    def parse(text):
+        return text
+    rows = np.genfromtxt(path, delimiter=",")
+    return rows
+
+
 def main():
     raw = read_csv("train.csv")
     table = raw.astype("float32")
     train = Rows(table[:800], names=["a"])
+    test = Rows(load("test.csv"), names=["b"])
 """
 
 
@@ -228,5 +236,20 @@ def test_the_containers_a_line_only_reads_and_where_they_were_filled(tmp_path):
         container_origin(str(script), read, "names").line
         == at['train = Rows(table[:800], names=["a"])']
     )
+    # the first call is the one followed; a function of the script's is followed to its return
+    rows = _DATASET.replace('Rows(table[:800], names=["a"])', 'Rows(table, names=["a"])')
+    rows = rows.replace("table = raw.astype", "table = load(path)\n    unused = raw.astype")
+    script = tmp_path / "train_from_a_loader.py"
+    script.write_text(rows)
+    lines = rows.splitlines()
+    at = {code: i + 1 for i, line in enumerate(lines) for code in [line.strip()]}
+    filled = container_origin(str(script), at["return self.x[i], self.names[i]"], "x")
+    assert filled.line == at['rows = np.genfromtxt(path, delimiter=",")']
+    # ... unless what it returns is changed in place after it is made: the call is shown
+    for mutation in ("rows[0] = 0.0", "rows.append(row)", "rows += 1"):
+        script = tmp_path / f"train_mutated_{len(mutation)}.py"
+        script.write_text(rows.replace("    return rows", f"    {mutation}\n    return rows"))
+        filled = container_origin(str(script), at["return self.x[i], self.names[i]"], "x")
+        assert filled.code == "table = load(path)"
     # a container only ever set empty in the class has no line that filled it
     assert container_origin(str(script), at["row = self.items[i]"], "items") is None

@@ -131,7 +131,8 @@ GUIDES: dict[str, CategoryGuide] = {
         ),
         CategoryGuide(
             "optimizer_config",
-            "The optimizer's settings make its update non-finite (eps=0, huge weight decay, betas).",
+            "The optimizer's settings or its own update rule make its update non-finite (eps=0, "
+            "huge weight decay, betas, a ported optimizer's formula).",
             "Adam divides by sqrt(v) + eps: with eps=0, a parameter whose gradient is 0 gives 0/0.",
             (
                 "the first non-finite value is born inside `optimizer.step()`",
@@ -140,6 +141,7 @@ GUIDES: dict[str, CategoryGuide] = {
             (
                 "use the defaults (Adam eps=1e-8; 1e-4 or more in pure fp16)",
                 "check weight decay and momentum values",
+                "an optimizer written in the script: check its step() against the paper's rule",
             ),
         ),
     )

@@ -75,6 +75,26 @@ _CODES = (
         ("adam_eps_zero.py",),
     ),
     Code(
+        "OC102",
+        "anomaly",
+        "the script's own optimizer update takes an op outside its domain",
+        "the first NaN/Inf is born inside an optimizer.step() whose code is the script's (an "
+        "optimizer class pasted into the project), from finite gradients and state, in an op "
+        "whose input left its domain (sqrt of a variance estimate n - g*g rounded below 0)",
+        ("optimizer_own_centred_sqrt.py",),
+    ),
+    Code(
+        "OC103",
+        "anomaly",
+        "the optimizer's update overflows, and not because of the learning rate",
+        "the first Inf is born inside optimizer.step() by overflow from finite inputs, in float32, "
+        "and either the learning-rate sweep showed a much smaller rate failing at the same step, "
+        "or the optimizer has no learning rate at all (an AdaDelta ported without one), or it is "
+        "a quotient of an update the script wrote itself (a denominator decaying towards 0, "
+        "such as a bias correction written beta**t for 1 - beta**t)",
+        ("optimizer_own_debias_overflow.py",),
+    ),
+    Code(
         "LR101",
         "anomaly",
         "the optimizer's update overflowed",

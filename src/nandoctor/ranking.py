@@ -182,6 +182,12 @@ def apply_causal_rules(findings: list[Finding], facts: RunFacts) -> list[Finding
             else f
             for f in result
         ]  # fmt: skip
+    if any(f.code == "OC103" for f in result):
+        # A quotient of the update outgrew float32 whatever the rate (a denominator decaying
+        # towards 0): the oversized updates it made are what grew the loss before it.
+        result = _learning_rate_discounted(
+            result, "explained by the optimizer update's own quotient, which outgrew float32"
+        )
     if facts.rate_ruled_out:
         result = _learning_rate_discounted(
             result, f"the learning-rate sweep rules it out: {facts.rate_ruled_out}"

@@ -383,9 +383,9 @@ def container_reads(file: str, line: int) -> tuple[str, ...]:
 def container_origin(file: str, line: int, attribute: str) -> WrittenAt | None:
     """Where the values a Dataset serves from `self.<attribute>` (read at `line`) were made:
     from the `self.<attribute> = ...` of its class back through names, slices, tensor
-    conversions and the arguments its constructor was called with, to the first expression that
-    computes them (a loading or preprocessing call, a conversion). None when the trail leaves
-    the file."""
+    conversions, the arguments its constructor was called with and the `return` of the script's
+    own functions, to the first expression that computes them (a loading or preprocessing call,
+    a conversion). None when the trail leaves the file."""
     tree, lines = _parse(file)
     owner = _enclosing(tree, line, ast.ClassDef) if tree is not None else None
     if owner is None:
@@ -395,10 +395,64 @@ def container_origin(file: str, line: int, attribute: str) -> WrittenAt | None:
         if value is None:
             return None
         value = _unwrapped(value)
+        if isinstance(value, ast.Call) and (returned := _returned_by(tree, value)) is not None:
+            value = returned  # `y = load_series(path)`: the line inside it that made `y`
+            continue
         if not isinstance(value, ast.Name):
             return _at(value, lines, "an assignment")
         value = _value_of_name(tree, value)
     return None
+
+
+def _returned_by(tree: ast.AST, call: ast.Call) -> ast.AST | None:
+    """What a call of one of the script's own module-level functions returns, when the function
+    has exactly one `return` with a value: the expression to follow further."""
+    if not isinstance(call.func, ast.Name):
+        return None
+    function = next((node for node in getattr(tree, "body", ())
+                     if isinstance(node, ast.FunctionDef) and node.name == call.func.id), None)  # fmt: skip
+    if function is None:
+        return None
+    nodes = list(_own_statements(function))
+    returns = [node for node in nodes if isinstance(node, ast.Return)]
+    if len(returns) != 1 or returns[0].value is None:
+        return None
+    value = returns[0].value
+    if isinstance(value, ast.Name) and any(_mutates(node, value.id) for node in nodes):
+        # `rows = []` then `rows.append(...)`, `table[i] = nan`: its last assignment is not
+        # what it holds, and the call that builds it is the line to show
+        return None
+    return value
+
+
+def _mutates(node: ast.AST, name: str) -> bool:
+    """`node` changes what `name` holds in place: `name[i] = ...`, `name.x = ...`,
+    `name += ...`, or a method call on it as a statement (`name.append(row)`)."""
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(_based_on(target, name) for target in targets
+                   if isinstance(target, (ast.Subscript, ast.Attribute))
+                   or isinstance(node, ast.AugAssign))  # fmt: skip
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+            and _based_on(node.value.func.value, name))  # fmt: skip
+
+
+def _based_on(node: ast.AST, name: str) -> bool:
+    """`name`, or a subscript or attribute of it (`name[i]`, `name.x[j]`)."""
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _own_statements(function: ast.FunctionDef):
+    """The nodes of `function`'s body, not those of functions or classes defined inside it."""
+    pending = list(function.body)
+    while pending:
+        node = pending.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            pending.extend(ast.iter_child_nodes(node))
 
 
 # Calls that convert a tensor to a dtype the script names.

@@ -1,6 +1,6 @@
 """Planted bug: the table is parsed once, before training, and a blank field becomes NaN; the
-Dataset only slices rows out of it. The line to fix is where the table is made, not the
-`__getitem__` that serves a row."""
+Dataset only slices rows out of it. The line to fix is where the table is made (inside
+`parse_table`, which the script calls to build it), not the `__getitem__` that serves a row."""
 
 import numpy as np
 import torch
@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader, Dataset
 
 
 def parse_table(text):
-    return np.array(
+    return np.array(  # fix here
         [
             [float(field) if field else np.nan for field in row.split(",")]
             for row in text.splitlines()
@@ -32,7 +32,7 @@ class Rows(Dataset):
 rng = np.random.default_rng(0)
 lines = [",".join(f"{v:.3f}" for v in rng.normal(size=5)) for _ in range(256)]
 lines[200] = lines[200].rsplit(",", 1)[0] + ","  # a row exported without its target
-table = parse_table("\n".join(lines))  # fix here
+table = parse_table("\n".join(lines))
 loader = DataLoader(Rows(table), batch_size=16)
 model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -13,6 +13,7 @@ from nandoctor.instrument.kinds import (
     DOMAIN,
     NONFINITE_INPUT,
     NONFINITE_PARAMETER,
+    OVERFLOW,
     OVERFLOW_KINDS,
     UNALIGNABLE,
     UNKNOWN,
@@ -168,7 +169,10 @@ def finding_from(
     that a much smaller rate does not move the failure, so values that grew until an op
     overflowed are not the rate's doing."""
     birth = event.get("birth") or {}
-    code, title, confidence = _categorize(first, birth, rate_ruled_out, _eps_of(optimizer))
+    own_update = _in_its_own_update(first, optimizer or {})
+    code, title, confidence = _categorize(
+        first, birth, rate_ruled_out, _eps_of(optimizer), own_update
+    )
     category = CODES[code].category
     evidence = [
         f"{first.op} in {first.phase} at step {first.step}"
@@ -182,11 +186,13 @@ def finding_from(
         evidence.append(f"code: {first.location.code}")
     remedy = propose_remedy(first, birth, category, optimizer)
     location, fix = first.location, suggest_fix(first, birth, category, remedy)
+    if code == "OC103":
+        fix = _update_overflow_fix(first, own_update)
     if optimizer is not None and (category == "learning_rate" or first.phase == "optimizer"):
         # The line to edit is where the optimizer was built with its learning rate or setting,
         # unless the update's own code is the script's: then its failing line is.
         evidence.append(f"optimizer: {describe_optimizer(optimizer)}")
-        if _in_its_own_update(first, optimizer, category):
+        if own_update and category != "learning_rate":
             evidence.append(f"{optimizer['type']}.step() is the script's own code")
         else:
             location = Location.from_dict(optimizer.get("location")) or location
@@ -224,9 +230,11 @@ def propose_remedy(first: FirstNonfinite, birth: dict, category: str, optimizer)
     op = _op_to_fix(first)
     # A guard fixes a domain error (log of 0, 0/0) or an exp that overflows from the start; an
     # overflow after values grew is a symptom, and clamping it would only hide the divergence.
-    # So does a division by zero in an update the script wrote itself (its own optimizer class).
+    # So does a domain error in an update the script wrote itself (its own optimizer class).
     guardable = category in ("invalid_operation", "data") or (
-        first.kind == DIVISION_BY_ZERO and _in_its_own_update(first, optimizer or {}, category)
+        first.kind in (DIVISION_BY_ZERO, DOMAIN)
+        and category == "optimizer_config"
+        and _in_its_own_update(first, optimizer or {})
     )
     if guardable and op in GUARDABLE_OPS and first.location is not None:
         where = first.location
@@ -244,10 +252,13 @@ def _eps_of(optimizer: dict | None) -> float | None:
     return (optimizer or {}).get("settings", {}).get("eps")
 
 
-def _in_its_own_update(first: FirstNonfinite, optimizer: dict, category: str) -> bool:
+_DIVISIONS = frozenset({"div", "reciprocal", "true_divide"})
+
+
+def _in_its_own_update(first: FirstNonfinite, optimizer: dict) -> bool:
+    """Born inside an optimizer.step() whose code is the script's own, at a line of it."""
     return (
-        category != "learning_rate"
-        and first.phase == "optimizer"
+        first.phase == "optimizer"
         and bool(optimizer.get("own_step"))
         and first.location is not None
     )
@@ -278,10 +289,15 @@ def made_the_tensor(first: FirstNonfinite) -> bool:
 
 
 def _categorize(
-    first: FirstNonfinite, birth: dict, rate_ruled_out: bool, eps: float | None = None
+    first: FirstNonfinite,
+    birth: dict,
+    rate_ruled_out: bool,
+    eps: float | None = None,
+    own_update: bool = False,
 ) -> tuple[str, str, float]:
     """(code, title, confidence) of the claim the first NaN/Inf supports (codes.py). `eps`:
-    the failing optimizer's configured eps, when it has one."""
+    the failing optimizer's configured eps, when it has one; `own_update`: it was born in an
+    optimizer step the script wrote itself."""
     op = op_base(first.op)
     if first.kind == NONFINITE_PARAMETER:
         # Below the init check's finding of the same weights, which knows the line that wrote
@@ -304,11 +320,23 @@ def _categorize(
         # subsampling): what to fix is which samples reach the loss, not its formula.
         return "DA102", "samples whose CTC target is longer than their input can align", 0.9
     if first.phase == "optimizer":
-        if first.kind == DIVISION_BY_ZERO and first.dtype in REDUCED_DTYPES and (eps or 0) > 0:
+        reduced = first.dtype in REDUCED_DTYPES
+        if first.kind == DIVISION_BY_ZERO and reduced and (eps or 0) > 0:
             # a sane eps (1e-8) that the parameters' dtype cannot hold: it rounds to 0
             return "PR102", f"the optimizer's eps={eps:g} rounds to 0 in {first.dtype}", 0.85
         if first.kind == DIVISION_BY_ZERO:
             return "OC101", "the optimizer update divides by zero", 0.8
+        if first.kind == DOMAIN and own_update:
+            # From finite gradients and state: the update's own formula left the op's domain
+            # (a variance estimate n - g*g rounded below 0 under a sqrt).
+            return "OC102", f"the script's own optimizer update takes {op} outside its domain", 0.8
+        if first.kind == OVERFLOW and rate_ruled_out and not reduced:
+            return "OC103", f"the optimizer update overflows ({op}) whatever the learning rate", 0.7
+        if first.kind == OVERFLOW and own_update and op in _DIVISIONS and not reduced:
+            # A quotient of the script's own update outgrew float32: a denominator decaying to
+            # 0 (a bias correction written beta**t for 1 - beta**t). A too-large rate overflows
+            # a product or a sum of the update first, not a ratio of its own moments.
+            return "OC103", "the script's own optimizer update divides by values near zero", 0.7
         return "LR101", f"the optimizer update overflowed ({op})", 0.6
     if first.kind in OVERFLOW_KINDS:
         if first.dtype in REDUCED_DTYPES:
@@ -434,7 +462,7 @@ def suggest_fix(first: FirstNonfinite, birth: dict, category: str, remedy: dict 
             "keep the argument of sqrt strictly positive so its gradient stays finite: "
             "`torch.sqrt(x.clamp_min(1e-12))` (or `torch.sqrt(x + 1e-12)`)",
         )
-    if forward_op in {"div", "reciprocal", "true_divide"}:
+    if forward_op in _DIVISIONS:
         return _with_rewrite(
             rewritten,
             "guard the denominator: `a / b.clamp_min(1e-12)` for a norm or a count, "
@@ -464,6 +492,27 @@ def suggest_fix(first: FirstNonfinite, birth: dict, category: str, remedy: dict 
     if category == "optimizer_config":
         return "check the optimizer's settings (eps > 0, e.g. Adam eps=1e-8; weight decay; betas)"
     return f"guard the inputs of {op} so they stay inside its domain"
+
+
+def _update_overflow_fix(first: FirstNonfinite, own_update: bool) -> str:
+    """OC103's advice: the script's own formula to check, or the built-in's other settings."""
+    if own_update and op_base(first.op) not in _DIVISIONS:
+        return (
+            f"the update's own values grew past float32 at line {first.location.line} whatever "
+            "the learning rate: check the update rule the script wrote against the optimizer's "
+            "definition (what each running average accumulates, how the step is scaled)"
+        )
+    if own_update:
+        return (
+            f"the quotient at line {first.location.line} outgrew float32 because its denominator "
+            "decays towards 0: check that line against the optimizer's definition (a bias "
+            "correction divides by `1 - beta ** step`, not `beta ** step`; eps belongs in the "
+            "denominator)"
+        )
+    return (
+        "the learning rate does not move the failure: check the optimizer's other settings "
+        "(momentum below 1, weight decay, betas) and what makes its state grow"
+    )
 
 
 def _with_rewrite(rewritten: str | None, general: str) -> str:

@@ -125,10 +125,11 @@ def run(context: StageContext) -> StageOutcome:
 
 def rules_out_the_rate(result: StageResult | None) -> str | None:
     """The sweep's summary when it showed that a much smaller learning rate fails at about the
-    step x1 failed at (the rate is not the cause), else None."""
-    from nandoctor.stages.lr_sweep.conclusions import INSENSITIVE
+    step x1 failed at, or that the optimizer has no learning rate (the rate is not the cause),
+    else None."""
+    from nandoctor.stages.lr_sweep.conclusions import INSENSITIVE, NO_RATE
 
-    if result is None or (result.details or {}).get("conclusion") != INSENSITIVE:
+    if result is None or (result.details or {}).get("conclusion") not in (INSENSITIVE, NO_RATE):
         return None
     return result.summary
 

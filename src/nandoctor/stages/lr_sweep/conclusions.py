@@ -9,11 +9,12 @@ from nandoctor.stages.lr_sweep.search import CLIP, RunRecord, Search, same
 from nandoctor.stages.lr_sweep.verdicts import progress
 
 NAME = "lr_sweep"
-LEARNING_RATE, INSENSITIVE, NONE_STABLE, NOT_IMPLICATED = (
+LEARNING_RATE, INSENSITIVE, NONE_STABLE, NOT_IMPLICATED, NO_RATE = (
     "learning_rate",
     "lr_insensitive",
     "no_stable_multiplier",
     "not_implicated",
+    "no_learning_rate",  # the optimizer has none: nothing to sweep, and not the cause
 )
 
 

@@ -77,6 +77,19 @@ def skip_reason(watch: RunOutcome, timeout_s: float) -> str | None:
     return None
 
 
+def _without_a_rate(watch: RunOutcome) -> str | None:
+    """Why no multiplier can change the run: none of its optimizers has a learning rate (an
+    AdaDelta ported without one, whose step size is its own formula's)."""
+    built = watch.all("optimizer")
+    if not built or any(o["settings"].get("lr") is not None for o in built):
+        return None
+    names = ", ".join(sorted({o["type"] for o in built}))
+    return (
+        f"the optimizer ({names}) has no learning rate: its step size comes from its own "
+        "update rule, which no learning-rate multiplier scales, so the rate cannot be the cause"
+    )
+
+
 def _where(birth: dict) -> str:
     location = birth.get("location") or {}
     if not birth.get("op"):
@@ -238,6 +251,10 @@ def run(context: StageContext) -> StageOutcome:
         )
     if reason:
         return StageOutcome(StageResult("skipped", reason))
+    if reason := _without_a_rate(context.watch):
+        # A positive fact against the rate, not only a gap: the failure is not its doing.
+        details = {"conclusion": conclusions.NO_RATE}
+        return StageOutcome(StageResult("skipped", reason, details=details))
     start = _before_the_onset(sweep_start(context),
                               record_from(_WATCHED, context.watch, settings, max(len(context.watch.steps), 1)),
                               settings)  # fmt: skip
