@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import line_of
+from conftest import SCRIPTS, line_of
 
 ANOMALY = ("--stages", "anomaly")
 
@@ -149,6 +149,20 @@ def test_an_optimizer_without_a_learning_rate_is_not_swept_and_its_rule_is_the_c
     sweep = report["stages"]["lr_sweep"]
     assert sweep["status"] == "skipped" and sweep["conclusion"] == "no_learning_rate"
     assert "has no learning rate" in sweep["summary"]
+
+
+def test_a_rate_given_per_parameter_group_is_a_rate(nandoctor, tmp_path):
+    # The same optimizer given an lr in its parameter groups (not in its defaults) and using
+    # it: a rate the sweep scales, so the sweep runs.
+    source = (SCRIPTS / "optimizer_own_without_rate.py").read_text()
+    source = source.replace("p.sub_(update)", 'p.sub_(update, alpha=group["lr"])')
+    source = source.replace("AdaDelta(model.parameters())",
+                            'AdaDelta([{"params": model.parameters(), "lr": 1.0}])')  # fmt: skip
+    script = tmp_path / "adadelta_group_lr.py"
+    script.write_text(source)
+    result = nandoctor("run", script, "--stages", "anomaly,lr_sweep")
+    sweep = result.report["stages"]["lr_sweep"]
+    assert sweep["status"] == "ran" and sweep["conclusion"] != "no_learning_rate"
 
 
 def test_late_failure_is_localized_by_a_replay(nandoctor):

@@ -342,6 +342,8 @@ class WatchSession:
             groups=len(optimizer.param_groups),
             location=location.as_dict() if location else None,
             own_step=_step_written_by_the_user(optimizer),
+            # a group may carry an lr its defaults lack: the rate is what the groups hold
+            has_rate=any(group.get("lr") is not None for group in optimizer.param_groups),
         )
 
     def _compile_used(self) -> None:
