@@ -428,11 +428,12 @@ def _returned_by(tree: ast.AST, call: ast.Call) -> ast.AST | None:
 def _mutates(node: ast.AST, name: str) -> bool:
     """`node` changes what `name` holds in place: `name[i] = ...`, `name.x = ...`,
     `name += ...`, or a method call on it as a statement (`name.append(row)`)."""
-    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+    if isinstance(node, ast.AugAssign):
+        return _based_on(node.target, name)
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        return any(_based_on(target, name) for target in targets
-                   if isinstance(target, (ast.Subscript, ast.Attribute))
-                   or isinstance(node, ast.AugAssign))  # fmt: skip
+        return any(isinstance(target, (ast.Subscript, ast.Attribute)) and _based_on(target, name)
+                   for target in targets)  # fmt: skip
     return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
             and isinstance(node.value.func, ast.Attribute)
             and _based_on(node.value.func.value, name))  # fmt: skip

@@ -184,7 +184,7 @@ def finding_from(
     ]
     if first.location and first.location.code:
         evidence.append(f"code: {first.location.code}")
-    remedy = propose_remedy(first, birth, category, optimizer)
+    remedy = propose_remedy(first, birth, category, optimizer, own_update)
     location, fix = first.location, suggest_fix(first, birth, category, remedy)
     if code == "OC103":
         fix = _update_overflow_fix(first, own_update)
@@ -214,8 +214,11 @@ def finding_from(
     )
 
 
-def propose_remedy(first: FirstNonfinite, birth: dict, category: str, optimizer) -> dict | None:
-    """The fix a re-run can apply by itself to verify this finding, if there is one."""
+def propose_remedy(
+    first: FirstNonfinite, birth: dict, category: str, optimizer, own_update: bool
+) -> dict | None:
+    """The fix a re-run can apply by itself to verify this finding, if there is one.
+    `own_update`: it was born in an optimizer step the script wrote itself."""
     eps = _eps_of(optimizer)
     if category == "optimizer_config" and eps is not None and eps <= 0:
         return {"kind": "optimizer_eps", "eps": 1e-8}
@@ -232,9 +235,7 @@ def propose_remedy(first: FirstNonfinite, birth: dict, category: str, optimizer)
     # overflow after values grew is a symptom, and clamping it would only hide the divergence.
     # So does a domain error in an update the script wrote itself (its own optimizer class).
     guardable = category in ("invalid_operation", "data") or (
-        first.kind in (DIVISION_BY_ZERO, DOMAIN)
-        and category == "optimizer_config"
-        and _in_its_own_update(first, optimizer or {})
+        first.kind in (DIVISION_BY_ZERO, DOMAIN) and category == "optimizer_config" and own_update
     )
     if guardable and op in GUARDABLE_OPS and first.location is not None:
         where = first.location

@@ -81,7 +81,7 @@ def _without_a_rate(watch: RunOutcome) -> str | None:
     """Why no multiplier can change the run: none of its optimizers has a learning rate (an
     AdaDelta ported without one, whose step size is its own formula's)."""
     built = watch.all("optimizer")
-    if not built or any(o.get("has_rate", True) for o in built):
+    if not built or any(o["has_rate"] for o in built):
         return None
     names = ", ".join(sorted({o["type"] for o in built}))
     return (
