@@ -95,6 +95,57 @@ def test_a_running_variance_that_overflows_is_born_in_batch_norm():
     assert not birth.inputs_nonfinite and not torch.isfinite(norm.running_var).any()
 
 
+def test_a_quotient_overflows_by_its_denominator_or_by_its_numerator():
+    """A float32 quotient that overflows because its denominator collapsed towards 0 (4e3 over
+    1e-38) is the formula's singularity, as an exact 0 is; one whose numerator grew is an
+    overflow; in float16 a small denominator is a question of range."""
+    import torch
+
+    from nandoctor.instrument.explain import explain_birth
+    from nandoctor.instrument.kinds import CONSTANT_OVERFLOW, DIVISION_BY_ZERO, OVERFLOW
+
+    def kind(a, b, dtype=torch.float32):
+        a, b = torch.tensor(a, dtype=dtype), torch.tensor(b, dtype=dtype)
+        return explain_birth("div", (a, b), {}, a / b).kind
+
+    assert kind([4403.0, 1.0], [1e-38, 1.0]) == DIVISION_BY_ZERO
+    assert kind([1e38, 1.0], [0.1, 1.0]) == OVERFLOW
+    assert kind([3.0, 1.0], [1e-5, 1.0], torch.float16) == OVERFLOW
+    x = torch.ones(3, dtype=torch.float16)
+    assert explain_birth("mul", (x, -1e9), {}, x * -1e9).kind == CONSTANT_OVERFLOW
+    assert explain_birth("mul", (x, -1e4), {}, x * 1e5).kind != CONSTANT_OVERFLOW
+
+
+def test_a_variance_collapsed_towards_zero_is_the_formulas_singularity(nandoctor):
+    # The gradient of (a - mean)**2 / (2 * var) overflows in backward as var approaches 0: the
+    # forward was finite and no gradient grew upstream. Guarding the denominator trains at the
+    # original rate; clipping or a smaller rate only hides or postpones it.
+    script = "gaussian_nll_variance_collapse.py"
+    result = nandoctor("run", script)
+    assert result.exit_code == 1
+    first = result.report["first_nonfinite"]
+    assert (first["phase"], first["kind"]) == ("backward", "division_by_zero")
+    assert first["facts"]["near_zero"] > 0
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("invalid_operation", "IO104")
+    assert cause["location"]["line"] == line_of(script, "/ (2 * var)")
+    assert cause["verified_fix"] is True
+    assert "clamp_min" in cause["fix"]
+
+
+def test_a_clip_for_a_script_without_clipping_goes_after_its_backward_call(nandoctor):
+    # One rare long sequence's gradient jumps (EG602): the script sets no clipping anywhere, so
+    # the line to edit is its `loss.backward()`, after which `clip_grad_norm_` goes.
+    script = "gradient_cliff_rnn.py"
+    result = nandoctor("run", script)
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("exploding_gradients", "EG602")
+    assert cause["location"]["line"] == line_of(script, "loss.backward()")
+    optimizer_line = line_of(script, "optimizer = torch.optim.SGD")
+    assert any("the clip goes right after the backward()" in e and f":{optimizer_line}" in e
+               for e in cause["evidence"])  # fmt: skip
+
+
 def _own_update_cause(nandoctor, script: str, op: str, kind: str, code: str, *stages) -> dict:
     """The top cause of a run whose NaN/Inf is born in the script's own optimizer.step(): it
     is the update's, at the step's line marked "the line to fix"."""
@@ -136,7 +187,8 @@ def test_an_overflowing_quotient_of_the_scripts_own_update_is_its_formula(nandoc
     # `m.div(beta ** t)`: a bias correction written for `1 - beta ** t`. The quotient outgrows
     # float32 at step ~160 whatever the rate; the fix names the line's formula.
     report = _own_update_cause(nandoctor, "optimizer_own_debias_overflow.py", "aten.div.Tensor",
-                               "overflow", "OC103")  # fmt: skip
+                               "division_by_zero", "OC103")  # fmt: skip
+    assert report["first_nonfinite"]["facts"]["near_zero"] > 0
     assert "1 - beta ** step" in report["causes"][0]["fix"]
 
 

@@ -629,6 +629,26 @@ def test_an_eps_that_rounds_away_under_autocast_leads_with_the_formula(nandoctor
                for e in cause["evidence"])  # fmt: skip
 
 
+def test_a_constant_the_reduced_dtype_cannot_hold_leads_with_the_formula(nandoctor):
+    # `scores + (1 - mask) * -1e9` under float16 autocast: -1e9 is -inf in float16, whatever
+    # the scores hold. The formula's constant is what to edit, not the autocast region.
+    script = "autocast_fp16_mask_constant.py"
+    result = nandoctor("run", script, "--stages", "anomaly,device_compare")
+    assert result.exit_code == 1
+    first = result.report["first_nonfinite"]
+    assert (first["op"], first["kind"], first["dtype"]) == (
+        "aten.mul.Tensor",
+        "constant_overflow",
+        "float16",
+    )
+    assert "the constant -1e+09" in first["explanation"]
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("precision", "PR401")
+    assert cause["location"]["line"] == line_of(script, "scores = scores + (1.0 - mask")
+    assert cause["verified_fix"] is True
+    assert "torch.finfo(scores.dtype).min" in cause["fix"]
+
+
 def test_a_value_rounded_away_before_the_ops_line_is_verified_with_the_model_in_float32(
     nandoctor,
 ):

@@ -27,6 +27,22 @@ def test_a_hand_written_loss_in_a_trainer_subclass(nandoctor):
     )
 
 
+def test_a_trainer_learning_rate_is_named_where_training_arguments_set_it(nandoctor):
+    # The Trainer builds the optimizer inside trainer.train(): the line to edit is
+    # `learning_rate=` in TrainingArguments. (Its default logging_nan_inf_filter logs the NaN
+    # losses as 0.)
+    pytest.importorskip("transformers")
+    script = "hf_trainer_lr_typo.py"
+    result = nandoctor("run", script, "--stages", "anomaly", timeout=900)
+    assert result.exit_code == 1, result.stderr[-2000:]
+    top = result.report["causes"][0]
+    assert (top["category"], top["code"]) == ("learning_rate", "LR602")
+    assert top["location"]["line"] == line_of(script, "learning_rate=2e5")
+    assert top["verified_fix"] is True
+    assert "`learning_rate`" in top["fix"]
+    assert any(str(line_of(script, "trainer.train()")) in line for line in top["evidence"])
+
+
 def test_lightning_runs_the_step_in_a_closure_and_the_data_is_still_found(nandoctor):
     pytest.importorskip("lightning")
     script = "lightning_constant_feature.py"

@@ -231,3 +231,16 @@ def test_a_parameter_never_initialized_is_located_where_it_was_created(nandoctor
     assert (cause["category"], cause["code"]) == ("initialization", "IN302")
     assert cause["location"]["line"] == line_of(script, "the line to fix")
     assert any("crf.start (5,)" in line for line in cause["evidence"])
+
+
+def test_weights_set_from_computed_values_are_located_where_the_values_were_made(nandoctor):
+    # `model[2].bias = nn.Parameter(prior_log_odds(labels))`: the -inf is made inside the
+    # script's own function, by the log of a label's zero count; the write stays as evidence.
+    script = "init_log_prior_bias_empty_class.py"
+    result = nandoctor("run", script, *STAGES)
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("initialization", "IN302")
+    assert cause["location"]["line"] == line_of(script, "the line to fix")
+    written = line_of(script, "model[2].bias = nn.Parameter")
+    assert any("set at" in line and f"{script}:{written}" in line for line in cause["evidence"])
+    assert "computed non-finite at line" in cause["fix"]

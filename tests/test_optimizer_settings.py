@@ -12,6 +12,8 @@ from nandoctor.source_values import (
     clip_switched_off,
     container_origin,
     container_reads,
+    framework_name,
+    lightning_trainer,
     precision_setting,
     where_written,
 )
@@ -66,6 +68,33 @@ def test_the_value_is_traced_from_the_call_to_where_it_is_written(tmp_path):
     assert where_written(str(script), 10, "lr").line == 6
     assert where_written(str(script), 11, "lr").line == 2
     assert where_written(str(script), 11, "momentum") is None
+
+
+def test_a_setting_of_an_optimizer_the_framework_builds_is_found_under_its_name(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""\
+        from transformers import TrainingArguments
+        EPS = 1e-8
+        args = TrainingArguments(
+            "out",
+            learning_rate=5e3,
+            adam_epsilon=EPS,
+        )
+        second_stage = dict(weight_decay=0.1)
+        third_stage = dict(weight_decay=0.0)
+    """)
+    )
+    assert framework_name(str(script), "lr") == (
+        "learning_rate",
+        where_written(str(script), 5, "learning_rate"),
+    )
+    assert framework_name(str(script), "lr")[1].line == 5
+    assert framework_name(str(script), "eps")[1].line == 2  # followed to the literal
+    name, written = framework_name(str(script), "lr", ("--learning_rate", "1e-4"))
+    assert (name, written.how) == ("learning_rate", "the command line")
+    assert framework_name(str(script), "weight_decay") is None  # two calls: which one is unknown
+    assert framework_name(str(script), "momentum") is None
 
 
 def test_a_learning_rate_typo_is_named_at_the_line_that_wrote_it(nandoctor):
@@ -253,3 +282,17 @@ def test_the_containers_a_line_only_reads_and_where_they_were_filled(tmp_path):
         assert filled.code == "table = load(path)"
     # a container only ever set empty in the class has no line that filled it
     assert container_origin(str(script), at["row = self.items[i]"], "items") is None
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [("import lightning as L\nx = 1\ntrainer = L.Trainer(max_epochs=2)\n", 3),
+     ("from pytorch_lightning import Trainer\ntrainer = Trainer(\n    max_epochs=2)\n", 2),
+     ("from transformers import Trainer\ntrainer = Trainer(model)\n", None),  # not Lightning
+     ("import lightning as L\na = L.Trainer()\nb = L.Trainer()\n", None)],  # which one?
+)  # fmt: skip
+def test_lightnings_clipping_goes_where_its_one_trainer_is_built(tmp_path, source, line):
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    found = lightning_trainer(str(script))
+    assert (found.line if found else None) == line

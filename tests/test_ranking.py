@@ -7,6 +7,7 @@ from nandoctor.ranking import (
     RunFacts,
     apply_causal_rules,
     apply_verified_rules,
+    at_the_producing_line,
     growth_before_failure,
     rank_causes,
 )
@@ -213,3 +214,19 @@ def test_a_fix_rerun_that_never_reached_the_failing_step_verifies_nothing():
     trained = RunOutcome(events=[*steps, {"event": "end", "outcome": "finished"}])
     held, line = _verdict(trained, 12, remedy, failed_at=0, before=[])
     assert held, line
+
+
+def test_data_leads_with_the_first_numpy_error_of_the_batch_that_failed():
+    # One line per error, in the order first seen: a setup warning at step 0, then the failing
+    # batch's 255 / 0 (inf) and the 0 * inf (NaN) it makes on the next line.
+    def error(kind, line, step):
+        return {"error": kind, "step": step, "location": {"file": "t.py", "line": line}}
+
+    errors = [error("invalid value", 9, 0), error("divide by zero", 64, 11),
+              error("invalid value", 65, 11)]  # fmt: skip
+    data = dataclasses.replace(finding("data", line=80), code="DA201")
+    (moved,) = at_the_producing_line([data], errors, failed_step=12)
+    assert moved.location.line == 64
+    assert "entered torch at t.py:80" in moved.evidence[0]
+    (kept,) = at_the_producing_line([data], errors[1:], failed_step=5)  # made after the failure
+    assert kept.location.line == 80

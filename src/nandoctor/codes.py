@@ -157,8 +157,9 @@ _CODES = (
         "anomaly",
         "the gradient of an op is not finite at its input",
         "the first NaN/Inf is born in the backward of a forward op whose derivative is infinite "
-        "or undefined at its input (sqrt(0), a norm of a zero vector, acos(1))",
-        ("sqrt_backward.py",),
+        "or undefined at its input (sqrt(0), a norm of a zero vector, acos(1)), or overflows "
+        "there because the op's denominator collapsed towards 0 (a learned variance of 1e-41)",
+        ("sqrt_backward.py", "gaussian_nll_variance_collapse.py"),
     ),
     Code(
         "IO105",
@@ -246,8 +247,13 @@ _CODES = (
         "init_check",
         "non-finite weights before training",
         "parameters that hold NaN/Inf at the first forward pass, bare `nn.Parameter`s of "
-        "the user's own modules included, located at the line that last set them",
-        ("init_nonfinite_weight.py", "init_uninitialized_crf.py"),
+        "the user's own modules included, located at the line that last set them, or at the "
+        "line that computed the values that line sets",
+        (
+            "init_nonfinite_weight.py",
+            "init_uninitialized_crf.py",
+            "init_log_prior_bias_empty_class.py",
+        ),
     ),
     Code(
         "IN303",
@@ -292,7 +298,11 @@ _CODES = (
         "or within tolerance; its fix is verified with the op's line in float32, or else with "
         "the model kept in float32, and a run in float32 that trains at the original learning "
         "rate leads a smaller rate",
-        ("precision_eps_rounds_to_zero.py", "autocast_eps_at_the_op.py"),
+        (
+            "precision_eps_rounds_to_zero.py",
+            "autocast_eps_at_the_op.py",
+            "autocast_fp16_mask_constant.py",
+        ),
         "standard",
     ),
     Code(

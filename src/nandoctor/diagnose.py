@@ -18,7 +18,12 @@ from nandoctor.clipping import ineffective_clip_findings
 from nandoctor.compiled_only import eager_rerun_event, kept_compiled, stayed_finite_through
 from nandoctor.config import Config
 from nandoctor.distributed import primary_rank, rank_summaries
-from nandoctor.instrument.kinds import CONVERSION_OVERFLOW, DIVISION_BY_ZERO, DOMAIN
+from nandoctor.instrument.kinds import (
+    CONSTANT_OVERFLOW,
+    CONVERSION_OVERFLOW,
+    DIVISION_BY_ZERO,
+    DOMAIN,
+)
 from nandoctor.instrument.precision import REDUCED_DTYPES
 from nandoctor.optimizer_settings import line_search_findings, settings_findings
 from nandoctor.ranking import (
@@ -361,7 +366,8 @@ def diagnose(
                 clip_off = clip_switched_off(target.absolute_script, tuple(target.args))
                 findings = apply_verified_rules(verify_findings(context, findings), clip_off)
             findings = at_the_written_value(findings, target.args)
-            findings = at_the_clip_setting(findings, target.absolute_script, target.args)
+            findings = at_the_clip_setting(findings, target.absolute_script, target.args,
+                                           facts.backward_call)  # fmt: skip
             findings = at_the_precision_setting(findings, target.absolute_script, target.args,
                                                 facts)  # fmt: skip
             findings = at_the_producing_line(findings, watch.all("numpy_error"), watch.failed_step)
@@ -409,6 +415,7 @@ def run_facts(watch: RunOutcome) -> RunFacts:
         if optimizers
         else None,
         loss_scale=watch.first("loss_scaled"),
+        backward_call=Location.from_dict((watch.nonfinite or {}).get("backward_call")),
         autocast=autocast,
         dtype_breaks_the_formula=autocast is not None
         and _dtype_breaks_the_formula((watch.nonfinite or {}).get("birth")),
@@ -417,8 +424,9 @@ def run_facts(watch: RunOutcome) -> RunFacts:
 
 def _dtype_breaks_the_formula(birth: dict | None) -> bool:
     """The first NaN/Inf, computed below float32, is a domain error or a division by zero
-    (rounding put a value on the op's edge: an eps of 1e-8 is 0 in float16), or the script's own
-    cast of a value the dtype cannot hold (`torch.where(mask, 0.0, -1e10).to(scores.dtype)`).
+    (rounding put a value on the op's edge: an eps of 1e-8 is 0 in float16), a constant of its
+    formula the dtype cannot hold (`scores * -1e9`), or the script's own cast of a value the
+    dtype cannot hold (`torch.where(mask, 0.0, -1e10).to(scores.dtype)`).
     Values that grew past the dtype's range, or autocast's own conversions, are not. Asked only
     under autocast: there the tensors stay float32 and the op alone computes in half, so what
     rounds away is the op's own; a model and data cast to half lose values wherever they are
@@ -426,7 +434,7 @@ def _dtype_breaks_the_formula(birth: dict | None) -> bool:
     if not birth or birth.get("dtype") not in REDUCED_DTYPES:
         return False
     kind = birth.get("kind")
-    if kind in (DOMAIN, DIVISION_BY_ZERO):
+    if kind in (DOMAIN, DIVISION_BY_ZERO, CONSTANT_OVERFLOW):
         return True
     location = birth.get("location") or {}
     return (

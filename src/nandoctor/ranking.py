@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from nandoctor.codes import measured_confidence
 from nandoctor.gradient_spikes import cliff_finding, find_cliff
 from nandoctor.report.model import Cause, Finding, Location
-from nandoctor.source_values import WrittenAt, clip_setting, precision_setting, where_written
+from nandoctor.source_values import (
+    WrittenAt,
+    clip_setting,
+    framework_name,
+    lightning_trainer,
+    passes_a_keyword,
+    precision_setting,
+    where_written,
+)
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1}
 _GROWTH_FACTOR_LOSS = 10.0  # loss before the failure this many times its early minimum...
@@ -38,6 +46,8 @@ class RunFacts:
     dtype_breaks_the_formula: bool = False
     # The learning-rate sweep's summary when a much smaller rate failed at about the same step.
     rate_ruled_out: str | None = None
+    # The user's line of the backward() call that preceded the failure.
+    backward_call: Location | None = None
 
 
 def _finite(values) -> list[float]:
@@ -398,11 +408,15 @@ def at_the_written_value(findings: list[Finding], script_args=()) -> list[Findin
     return [_relocated(f, script_args) for f in findings]
 
 
-def at_the_clip_setting(findings: list[Finding], script: str, script_args=()) -> list[Finding]:
+def at_the_clip_setting(
+    findings: list[Finding], script: str, script_args=(), backward_call: Location | None = None
+) -> list[Finding]:
     """A clipping fix leads with the line where the script sets its gradient clipping (a config's
     `grad_clip=None`, an argparse `--clip` default, its own `clip_grad_norm_` call): that is what
-    the user edits. Without such a setting, the line that builds the optimizer stays."""
-    return [_at_the_clip_setting(f, script, script_args) for f in findings]
+    the user edits. Without such a setting, with the line where a clip goes: the Lightning
+    `Trainer(...)` (its `gradient_clip_val=`), or the `backward()` call of the failing step, after
+    which `clip_grad_norm_` is inserted (`backward_call`, the user's line of that call)."""
+    return [_at_the_clip_setting(f, script, script_args, backward_call) for f in findings]
 
 
 def at_the_precision_setting(
@@ -431,7 +445,9 @@ def _chosen_in_script(autocast: dict | None) -> bool:
     return autocast is not None and bool(autocast.get("in_script"))
 
 
-def _at_the_clip_setting(finding: Finding, script: str, script_args) -> Finding:
+def _at_the_clip_setting(
+    finding: Finding, script: str, script_args, backward_call: Location | None
+) -> Finding:
     remedy = finding.remedy or {}
     if remedy.get("kind") != "clip_gradients" or remedy.get("script_clip"):
         return finding  # a clip the script has but that never acted is located where it fails
@@ -439,9 +455,25 @@ def _at_the_clip_setting(finding: Finding, script: str, script_args) -> Finding:
     found = ((f, clip_setting(f, tuple(script_args))) for f in files)
     file, setting = next(((f, s) for f, s in found if s is not None), (None, None))
     if setting is None:
-        return finding
+        return _where_a_clip_goes(finding, script, backward_call)
     return _at_the_setting(finding, file, setting, "gradient clipping is set",
                            "the optimizer is built at")  # fmt: skip
+
+
+def _where_a_clip_goes(finding: Finding, script: str, backward_call: Location | None) -> Finding:
+    """A script that never sets gradient clipping: Lightning clips where its Trainer is built;
+    a loop of the script's own, right after its `backward()`, before the optimizer's step."""
+    trainer = lightning_trainer(script)
+    if trainer is not None:
+        return _at_the_setting(finding, script, trainer,
+                               "Lightning clips gradients with `gradient_clip_val=` in its Trainer",
+                               "the optimizer is built at")  # fmt: skip
+    if backward_call is None or backward_call.line is None or backward_call == finding.location:
+        return finding
+    note = f"the clip goes right after the backward() at {backward_call.short()}, before the step"
+    if finding.location is not None:
+        note += f"; the optimizer is built at {finding.location.short()}"
+    return dataclasses.replace(finding, location=backward_call, evidence=(*finding.evidence, note))
 
 
 def _at_the_setting(finding: Finding, file: str, setting, what: str, was: str) -> Finding:
@@ -476,7 +508,7 @@ _ENTERED_FROM_DATA = ("DA101", "DA201")
 def _at_the_numpy_line(finding: Finding, made: list[dict]) -> Finding:
     entered = finding.location
     same_file = [e for e in made if entered is None or e["location"]["file"] == entered.file]
-    error = (same_file or made)[-1]
+    error = _first_of_the_last_step(same_file or made)
     produced = Location.from_dict(error["location"])
     if produced is None or produced == entered:
         return finding
@@ -487,11 +519,21 @@ def _at_the_numpy_line(finding: Finding, made: list[dict]) -> Finding:
     return dataclasses.replace(finding, location=produced, evidence=(note, *finding.evidence))
 
 
+def _first_of_the_last_step(errors: list[dict]) -> dict:
+    """Of numpy's errors (each line once, in the order first seen), the first one seen at the
+    step of the latest: within one batch's preprocessing the first error is upstream of the
+    rest (255 / 0 is inf, then 0 * inf is NaN on the next line), and the latest step is the
+    one nearest the failure."""
+    last_step = errors[-1].get("step", 0)
+    return next(e for e in errors if e.get("step", 0) == last_step)
+
+
 def _relocated(finding: Finding, script_args) -> Finding:
     location = finding.location
-    if location is None or finding.category not in ("learning_rate", "optimizer_config"):
+    if location is None:
         return finding
-    for keyword in _setting_keywords(finding):
+    keywords = _setting_keywords(finding)
+    for keyword in keywords:
         written = where_written(location.file, location.line, keyword, tuple(script_args))
         if written is None or written.line == location.line:
             continue
@@ -501,12 +543,41 @@ def _relocated(finding: Finding, script_args) -> Finding:
         note = f"{keyword} is written at line {written.line} ({written.how}) and used at {location.short()}"
         moved = Location(location.file, written.line, None, written.code)
         return dataclasses.replace(finding, location=moved, evidence=(*finding.evidence, note))
+    if keywords and not passes_a_keyword(location.file, location.line, keywords):
+        return _given_to_the_framework(finding, keywords[0], script_args)
     return finding
 
 
+def _given_to_the_framework(finding: Finding, keyword: str, script_args) -> Finding:
+    """An optimizer the framework builds (the HF Trainer's, from its `TrainingArguments`): the
+    setting is edited where the script gives it to the framework, under the framework's name."""
+    location = finding.location
+    found = framework_name(location.file, keyword, tuple(script_args))
+    if found is None:
+        return finding
+    name, written = found
+    if written.how == "the command line":
+        note = f"the framework builds the optimizer: its {keyword} is `{name}` on the command line ({written.code})"
+        return dataclasses.replace(finding, evidence=(*finding.evidence, note))
+    note = (f"the framework builds the optimizer (at {location.short()}): its {keyword} is "
+            f"`{name}`, written at line {written.line} ({written.how})")  # fmt: skip
+    moved = Location(location.file, written.line, None, written.code)
+    fix = (
+        finding.fix
+        and f"{finding.fix} (the framework builds it from `{name}`, at line {written.line})"
+    )
+    return dataclasses.replace(finding, location=moved, fix=fix, evidence=(*finding.evidence, note))
+
+
 def _setting_keywords(finding: Finding) -> tuple[str, ...]:
+    """The keywords of the setting the finding's fix edits, for a learning rate, an optimizer
+    setting, or an eps that rounds to zero in the parameters' precision."""
     if finding.category == "learning_rate":
         return _LR_KEYWORDS
+    if finding.code in _FIXED_AT_THE_EPS:
+        return ("eps",)
+    if finding.category != "optimizer_config":
+        return ()
     remedy = finding.remedy or {}
     if remedy.get("kind") == "optimizer_settings":
         return tuple(remedy["settings"])

@@ -46,6 +46,43 @@ def where_written(file: str, call_line: int, keyword: str, script_args=()) -> Wr
     return None
 
 
+# The names the HF Trainer's `TrainingArguments` gives the settings of the optimizer it builds
+# itself: the script never calls that optimizer's constructor, it passes these.
+_FRAMEWORK_NAMES = {
+    "lr": ("learning_rate",),
+    "eps": ("adam_epsilon",),
+    "weight_decay": ("weight_decay",),
+    "betas": ("adam_beta2", "adam_beta1"),
+}
+
+
+def passes_a_keyword(file: str, line: int, keywords) -> bool:
+    """A call spanning `line` passes one of `keywords`: the optimizer is built there, whether
+    or not its value can be followed to a literal."""
+    tree, _ = _parse(file)
+    return tree is not None and any(_call_at(tree, line, k) is not None for k in keywords)
+
+
+def framework_name(file: str, keyword: str, script_args=()) -> tuple[str, WrittenAt] | None:
+    """(the framework's name for the optimizer setting `keyword`, where it is written), for an
+    optimizer the framework builds itself: `TrainingArguments(learning_rate=5e3)` followed back
+    to its literal as `where_written` does, or the command line that gives it
+    (`--learning_rate 5e3` to an `HfArgumentParser`). None unless exactly one call in the file
+    passes that name: with two (a second stage's arguments, say) the source does not say which
+    one the run used."""
+    tree, _ = _parse(file)
+    if tree is None:
+        return None
+    for name in _FRAMEWORK_NAMES.get(keyword, ()):
+        if _given_on_command_line((f"--{name}",), script_args):
+            return name, WrittenAt(0, " ".join(script_args), "the command line")
+        calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 and any(k.arg == name for k in node.keywords)]  # fmt: skip
+        if len(calls) == 1 and (written := where_written(file, calls[0].lineno, name, script_args)):
+            return name, written
+    return None
+
+
 def _option_or_entry(tree, lines, value, script_args) -> WrittenAt | None:
     """`args.lr` -> its argparse default (unless the command line gave it); `config["lr"]` or
     `config.lr` -> the dict entry or keyword that holds it."""
@@ -82,6 +119,27 @@ def clip_setting(file: str, script_args=()) -> WrittenAt | None:
     names_a_clip = _clip_names(lines)
     found = _first_setting(tree, lines, script_args, lambda name, value: names_a_clip(name))
     return found or _commented_out_clip(lines)
+
+
+_LIGHTNING = ("lightning", "pytorch_lightning")
+
+
+def lightning_trainer(file: str) -> WrittenAt | None:
+    """The one `Trainer(...)` call of a file that imports Lightning: where Lightning's gradient
+    clipping is set (`gradient_clip_val=`), for a script that never sets it. None for another
+    file, or for two such calls (which one trained is not in the source)."""
+    tree, lines = _parse(file)
+    if tree is None or not any(_imports(node, _LIGHTNING) for node in ast.walk(tree)):
+        return None
+    calls = [node for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and _called_name(node) == "Trainer"]  # fmt: skip
+    return _at(calls[0], lines, "the Lightning Trainer") if len(calls) == 1 else None
+
+
+def _imports(node: ast.AST, packages: tuple[str, ...]) -> bool:
+    if isinstance(node, ast.Import):
+        return any(alias.name.split(".")[0] in packages for alias in node.names)
+    return isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in packages
 
 
 def clip_switched_off(file: str, script_args=()) -> WrittenAt | None:
@@ -360,6 +418,9 @@ def _at(node: ast.AST, lines: tuple[str, ...], how: str) -> WrittenAt:
 # ---- where a container's values were made --------------------------------------------------
 # Calls that bring values into torch unchanged: followed to their argument, as slicing is.
 _ENTERS_TORCH = ("from_numpy", "as_tensor", "tensor", "Tensor", "FloatTensor", "LongTensor")
+# Calls that make a weight of their first argument's values (`torch.Tensor(n)` is not one: given
+# a number it is a size, and the memory is left as it was).
+_WRAPS_VALUES = ("Parameter", "from_numpy", "as_tensor", "tensor")
 # Methods that return the same values in another container or dtype.
 _SAME_VALUES = ("float", "double", "clone", "copy", "numpy", "tolist")
 _MAX_CONTAINER_HOPS = 8
@@ -390,17 +451,50 @@ def container_origin(file: str, line: int, attribute: str) -> WrittenAt | None:
     owner = _enclosing(tree, line, ast.ClassDef) if tree is not None else None
     if owner is None:
         return None
-    value = _last_attribute_assignment(owner, attribute)
+    return _where_made(tree, lines, _last_attribute_assignment(owner, attribute), _ENTERS_TORCH)
+
+
+def _where_made(tree, lines, value: ast.AST | None, wrappers) -> WrittenAt | None:
+    """The first expression that computes `value`'s values, back through names, the calls of
+    `wrappers` and slices that pass them on unchanged, the arguments of the script's own
+    functions and their `return`; None when the trail leaves the file."""
     for _ in range(_MAX_CONTAINER_HOPS):
         if value is None:
             return None
-        value = _unwrapped(value)
+        value = _unwrapped(value, wrappers)
         if isinstance(value, ast.Call) and (returned := _returned_by(tree, value)) is not None:
             value = returned  # `y = load_series(path)`: the line inside it that made `y`
             continue
         if not isinstance(value, ast.Name):
             return _at(value, lines, "an assignment")
         value = _value_of_name(tree, value)
+    return None
+
+
+def written_value_origin(file: str, line: int) -> WrittenAt | None:
+    """Where the values that the line `line` writes into a weight were computed:
+    `layer.bias = nn.Parameter(bias)` or `w.data.copy_(prior)` -> the line that made `bias`
+    (`bias = torch.log(pos / neg)`), back through names, conversions and the arguments of the
+    script's own functions. None when the line computes them itself (`torch.empty(n)`), or the
+    trail leaves the file."""
+    tree, lines = _parse(file)
+    value = _value_written_at(tree, line) if tree is not None else None
+    made = _where_made(tree, lines, value, _WRAPS_VALUES)
+    return made if made is not None and made.line != line else None
+
+
+def _value_written_at(tree: ast.AST, line: int) -> ast.AST | None:
+    """The value a statement at `line` writes into an existing object: the right side of
+    `obj.attr = value` or `obj[i] = value`, or the argument of `x.copy_(value)`."""
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) != line:
+            continue
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, (ast.Attribute, ast.Subscript)) for t in node.targets
+        ):
+            return node.value
+        if isinstance(node, ast.Call) and _called_name(node) == "copy_" and node.args:
+            return node.args[0]
     return None
 
 
@@ -534,13 +628,13 @@ def _items(node) -> list:
     return node.keys if isinstance(node, ast.Dict) else node.elts
 
 
-def _unwrapped(value: ast.AST) -> ast.AST:
+def _unwrapped(value: ast.AST, wrappers=_ENTERS_TORCH) -> ast.AST:
     """`torch.from_numpy(x)`, `x[:split]`, `x.float()` -> `x`: the same values."""
     while True:
         if isinstance(value, ast.Subscript):
             value = value.value
         elif (isinstance(value, ast.Call) and value.args
-              and _called_name(value) in _ENTERS_TORCH):  # fmt: skip
+              and _called_name(value) in wrappers):  # fmt: skip
             value = value.args[0]
         elif (isinstance(value, ast.Call) and not value.args and isinstance(value.func, ast.Attribute)
               and value.func.attr in _SAME_VALUES):  # fmt: skip

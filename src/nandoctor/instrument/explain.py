@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from nandoctor.instrument.kinds import (
+    CONSTANT_OVERFLOW,
     CONVERSION_OVERFLOW,
     DIVISION_BY_ZERO,
     DOMAIN,
@@ -109,13 +110,37 @@ def _division(args, kwargs, out) -> Why | None:
     zero = denominator == 0
     n_zero = _count(zero)
     if n_zero == 0:
-        return _overflow("division", args, out, hint="denominators close to zero")
+        return _near_zero_division(numerator, denominator, out) or _overflow(
+            "division", args, out, hint="denominators close to zero"
+        )
     text = f"division by zero: {n_zero} of {denominator.numel()} denominators are 0"
     if numerator is not None:
         numerator_zero, zero = torch.broadcast_tensors(numerator == 0, zero)
         if zero_over_zero := _count(numerator_zero & zero):
             text += f" ({zero_over_zero} results are 0/0)"
     facts = (("zero", n_zero), ("negative", _count(denominator < 0)))
+    return Why(DIVISION_BY_ZERO, text, facts=facts)
+
+
+def _near_zero_division(numerator, denominator, out) -> Why | None:
+    """A float32/float64 quotient that overflowed because its denominator, not its numerator,
+    is extreme: at each infinite result |a| * |b| < 1, so b is farther below 1 than a is above
+    it (4e3 / 1e-38: a variance or a norm collapsed towards 0). That is the formula reaching its
+    singularity, as an exact 0 would; a numerator that grew (1e39 / 2) is not. Reduced dtypes
+    are left to their range: there a small denominator is a precision question."""
+    if numerator is None or not isinstance(out, torch.Tensor) or out.dtype.itemsize < 4:
+        return None
+    a, b, q = torch.broadcast_tensors(numerator, denominator, out.detach())
+    overflowed = torch.isinf(q) & torch.isfinite(a) & torch.isfinite(b)
+    if not bool(overflowed.any()):
+        return None
+    a, b = a[overflowed].double().abs(), b[overflowed].double().abs()
+    if not bool((a * b < 1).all()):
+        return None
+    n = int(overflowed.sum())
+    text = (f"division by near-zero: {n} quotients overflow from numerators up to "
+            f"{float(a.max()):.4g} over denominators down to {float(b.min()):.4g}")  # fmt: skip
+    facts = (("zero", 0), ("near_zero", n), ("negative", _count(denominator < 0)))
     return Why(DIVISION_BY_ZERO, text, facts=facts)
 
 
@@ -304,11 +329,31 @@ def explain_birth(op_name: str, args, kwargs, out: torch.Tensor) -> Why:
         op_name, args = op_name.removeprefix("_foreach_"), _element_args(args, out)
     rule = _RULES.get(op_name)
     why = (
-        (rule(args, kwargs or {}, out) if rule else None)
+        _constant_beyond_range(op_name, args, kwargs or {}, out)
+        or (rule(args, kwargs or {}, out) if rule else None)
         or _overflow(op_name, args, out)
         or Why(UNKNOWN, f"{op_name} produced non-finite values")
     )
     return replace(why, dtype=_dtype_of(out))
+
+
+def _constant_beyond_range(op_name: str, args, kwargs, out) -> Why | None:
+    """A number written in the formula that the result's dtype cannot hold: -1e9 is -inf in
+    float16 (`scores + mask * -1e9`, `torch.where(mask, x, -1e9)`), whatever the tensors hold.
+    The formula's constant, not values that grew, is what the dtype breaks."""
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        return None
+    limit = dtype_max(out.dtype)
+    numbers = [v for v in (*args, *kwargs.values())
+               if isinstance(v, (int, float)) and not isinstance(v, bool)]  # fmt: skip
+    value = next((v for v in numbers if math.isfinite(v) and abs(v) > limit), None)
+    if value is None:
+        return None
+    return Why(
+        CONSTANT_OVERFLOW,
+        f"the constant {value:g} in {op_name} is beyond the {short_dtype(out.dtype)} range "
+        f"(max {limit:.4g}): it is {'-' if value < 0 else '+'}inf there",
+    )
 
 
 def _dtype_of(out) -> str | None:

@@ -7,6 +7,8 @@ DOMAIN = "domain"  # an input outside the op's domain: log(0), sqrt(-1), acos(1.
 DIVISION_BY_ZERO = "division_by_zero"
 OVERFLOW = "overflow"  # finite inputs, a result beyond the dtype's largest value
 CONVERSION_OVERFLOW = "conversion_overflow"  # a cast to a dtype that cannot hold the value
+# a constant written in the formula beyond the dtype's range: `scores * -1e9` in float16
+CONSTANT_OVERFLOW = "constant_overflow"
 EMPTY_REDUCTION = "empty_reduction"  # mean of no elements
 TOO_FEW_ELEMENTS = "too_few_elements"  # std/var of one value
 INF_ARITHMETIC = "inf_arithmetic"  # NaN made from Inf: inf - inf, 0 x inf
@@ -16,4 +18,4 @@ NONFINITE_INPUT = "nonfinite_input"  # entered torch already NaN/Inf (data, nump
 NONFINITE_PARAMETER = "nonfinite_parameter"  # a parameter no watched op made non-finite
 RECEIVED = "received"  # written by a collective: another rank made it
 UNKNOWN = "unknown"
-OVERFLOW_KINDS = (OVERFLOW, CONVERSION_OVERFLOW)
+OVERFLOW_KINDS = (OVERFLOW, CONVERSION_OVERFLOW, CONSTANT_OVERFLOW)

@@ -8,6 +8,7 @@ from nandoctor.codes import CODES
 from nandoctor.compiled_only import compiled_only_finding, only_compiled
 from nandoctor.fixes import GUARDABLE_OPS, guard_for, guard_remedy
 from nandoctor.instrument.kinds import (
+    CONSTANT_OVERFLOW,
     CONVERSION_OVERFLOW,
     DIVISION_BY_ZERO,
     DOMAIN,
@@ -196,7 +197,7 @@ def finding_from(
             evidence.append(f"{optimizer['type']}.step() is the script's own code")
         else:
             location = Location.from_dict(optimizer.get("location")) or location
-        advice = optimizer_fix(optimizer, category, first.kind)
+        advice = optimizer_fix(optimizer, category, _update_kind(first))
         if advice and (remedy or {}).get("kind") == "guard_op":
             fix = f"{fix}; or {advice}"  # the guard of its own line is what a re-run verifies
         else:
@@ -235,7 +236,9 @@ def propose_remedy(
     # overflow after values grew is a symptom, and clamping it would only hide the divergence.
     # So does a domain error in an update the script wrote itself (its own optimizer class).
     guardable = category in ("invalid_operation", "data") or (
-        first.kind in (DIVISION_BY_ZERO, DOMAIN) and category == "optimizer_config" and own_update
+        _update_kind(first) in (DIVISION_BY_ZERO, DOMAIN)
+        and category == "optimizer_config"
+        and own_update
     )
     if guardable and op in GUARDABLE_OPS and first.location is not None:
         where = first.location
@@ -246,6 +249,13 @@ def propose_remedy(
 def _guard_of(first: FirstNonfinite, op: str) -> str:
     """A denominator that held negative values keeps its sign; a norm or a count is clamped."""
     return guard_for(op, first.dtype, signed=first.facts.get("negative", 0) > 0)
+
+
+def _update_kind(first: FirstNonfinite) -> str | None:
+    """The birth's kind as the optimizer's update is judged: a quotient that overflowed by its
+    denominator's smallness is the overflow it is there (the update's moments, eps and rate
+    decide it, as a bias correction written `beta ** t` shows), not a division by 0."""
+    return OVERFLOW if first.facts.get("near_zero") else first.kind
 
 
 def _eps_of(optimizer: dict | None) -> float | None:
@@ -321,19 +331,19 @@ def _categorize(
         # subsampling): what to fix is which samples reach the loss, not its formula.
         return "DA102", "samples whose CTC target is longer than their input can align", 0.9
     if first.phase == "optimizer":
-        reduced = first.dtype in REDUCED_DTYPES
-        if first.kind == DIVISION_BY_ZERO and reduced and (eps or 0) > 0:
+        reduced, kind = first.dtype in REDUCED_DTYPES, _update_kind(first)
+        if kind == DIVISION_BY_ZERO and reduced and (eps or 0) > 0:
             # a sane eps (1e-8) that the parameters' dtype cannot hold: it rounds to 0
             return "PR102", f"the optimizer's eps={eps:g} rounds to 0 in {first.dtype}", 0.85
-        if first.kind == DIVISION_BY_ZERO:
+        if kind == DIVISION_BY_ZERO:
             return "OC101", "the optimizer update divides by zero", 0.8
-        if first.kind == DOMAIN and own_update:
+        if kind == DOMAIN and own_update:
             # From finite gradients and state: the update's own formula left the op's domain
             # (a variance estimate n - g*g rounded below 0 under a sqrt).
             return "OC102", f"the script's own optimizer update takes {op} outside its domain", 0.8
-        if first.kind == OVERFLOW and rate_ruled_out and not reduced:
+        if kind == OVERFLOW and rate_ruled_out and not reduced:
             return "OC103", f"the optimizer update overflows ({op}) whatever the learning rate", 0.7
-        if first.kind == OVERFLOW and own_update and op in _DIVISIONS and not reduced:
+        if kind == OVERFLOW and own_update and op in _DIVISIONS and not reduced:
             # A quotient of the script's own update outgrew float32: a denominator decaying to
             # 0 (a bias correction written beta**t for 1 - beta**t). A too-large rate overflows
             # a product or a sum of the update first, not a ratio of its own moments.
@@ -483,6 +493,12 @@ def suggest_fix(first: FirstNonfinite, birth: dict, category: str, remedy: dict 
             "keep the parameters and the optimizer's state in float32 and compute in reduced "
             "precision with `torch.autocast` (plus `torch.amp.GradScaler` for float16), or give "
             "the optimizer an eps the dtype can hold (`eps=1e-4` in float16)"
+        )
+    if category == "precision" and first.kind == CONSTANT_OVERFLOW:
+        return (
+            "write a constant the dtype can hold: `torch.finfo(x.dtype).min` rather than -1e9 "
+            "for a mask (`scores.masked_fill(~mask, torch.finfo(scores.dtype).min)`), or compute "
+            "this line in float32"
         )
     if category == "precision":
         return "run this op in float32 (outside autocast / `.float()` on its inputs) or rescale its inputs"

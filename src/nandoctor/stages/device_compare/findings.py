@@ -3,9 +3,12 @@ target does not, `device` when the CPU and the accelerator disagree at the same 
 
 from __future__ import annotations
 
-from nandoctor.instrument.kinds import CONVERSION_OVERFLOW, OVERFLOW_KINDS
+from nandoctor.instrument.kinds import CONSTANT_OVERFLOW, CONVERSION_OVERFLOW, OVERFLOW_KINDS
 from nandoctor.instrument.precision import REDUCED_DTYPES, REDUCED_LABELS
 from nandoctor.report.model import Finding, Location, display_path
+
+# Births where a value the formula itself brings is beyond the dtype: the op's line is the fix.
+_FORMULA_VALUE_OVERFLOWS = (CONVERSION_OVERFLOW, CONSTANT_OVERFLOW)
 
 NAME = "device_compare"
 _EXP_OPS = {"exp", "expm1", "exp2", "sinh", "cosh", "pow", "softmax", "_softmax"}
@@ -96,7 +99,7 @@ def _op_finding(record: dict, run_went_bad: bool) -> Finding | None:
 def _remedy(record: dict, category: str, location: Location | None) -> dict | None:
     """Computing the op's line in float32 is the fix shown when rounding, not range, broke the
     op (a value it needs rounded away, or a cast the dtype cannot hold): the re-run does that."""
-    op_local = _rounded_to_the_edge(record) or record.get("birth_kind") == CONVERSION_OVERFLOW
+    op_local = _rounded_to_the_edge(record) or record.get("birth_kind") in _FORMULA_VALUE_OVERFLOWS
     if category != "precision" or location is None or not op_local:
         return None
     if record["phase"] == "optimizer":
@@ -213,7 +216,7 @@ def _fix(record: dict, category: str) -> str:
             "the inputs of the reduction, or outside the autocast region), and prefer "
             "`torch.var`/`F.layer_norm` to E[x^2] - E[x]^2"
         )
-    if record.get("birth_kind") == CONVERSION_OVERFLOW and dtype in REDUCED_DTYPES:
+    if record.get("birth_kind") in _FORMULA_VALUE_OVERFLOWS and dtype in REDUCED_DTYPES:
         return (
             f"a value beyond {dtype}'s range is converted to {dtype} here: write constants the "
             "dtype can hold (`torch.finfo(scores.dtype).min` rather than -1e10 for a mask, say), "

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from dataclasses import replace
 
 from nandoctor.report.model import Finding, Location
+from nandoctor.source_values import written_value_origin
 from nandoctor.stages.init_check.analysis import ModelCheck
 
 NAME = "init_check"
@@ -154,16 +156,38 @@ def _nonfinite_weights(check: ModelCheck) -> Finding | None:
     bad = check.nonfinite_params or [w for _, w in check.weights() if not w.get("finite", True)]
     if not bad:
         return None
-    return _finding(
-        "IN302",
-        f"non-finite weights before training: {names_of([w['param'] for w in bad])}",
-        [_describe_nonfinite(w) for w in bad[:8]],
-        "initialize these weights (an `nn.init` call, or create them with values: "
-        "`torch.empty` and `torch.Tensor(n)` leave memory as it was); check the checkpoint "
-        "or init code that set them",
-        "error",
-        bad,
+    return _at_the_values_origin(
+        _finding(
+            "IN302",
+            f"non-finite weights before training: {names_of([w['param'] for w in bad])}",
+            [_describe_nonfinite(w) for w in bad[:8]],
+            "initialize these weights (an `nn.init` call, or create them with values: "
+            "`torch.empty` and `torch.Tensor(n)` leave memory as it was); check the checkpoint "
+            "or init code that set them",
+            "error",
+            bad,
+        )
     )
+
+
+def _at_the_values_origin(finding: Finding) -> Finding:
+    """Weights set from values computed elsewhere (`layer.bias = nn.Parameter(bias)`) lead with
+    the line that computed them, where the NaN/Inf was made (`bias = torch.log(pos / neg)`):
+    the write stays as evidence."""
+    written = finding.location
+    made = written and written.file and written_value_origin(written.file, written.line)
+    if not made:
+        return finding
+    note = (
+        f"the values were computed at line {made.line} (`{made.code}`) and set at {written.short()}"
+    )
+    moved = Location(written.file, made.line, None, made.code)
+    fix = (
+        f"the values set into these weights are computed non-finite at line {made.line}: keep "
+        "that computation finite (a log or a division of a count that can be 0 needs a floor: "
+        "`torch.log(x.clamp_min(1e-12))`), or initialize these weights with an `nn.init` call"
+    )
+    return replace(finding, location=moved, fix=fix, evidence=(*finding.evidence, note))
 
 
 def _describe_nonfinite(weight: dict) -> str:
