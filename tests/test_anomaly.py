@@ -133,6 +133,22 @@ def test_a_variance_collapsed_towards_zero_is_the_formulas_singularity(nandoctor
     assert "clamp_min" in cause["fix"]
 
 
+def test_a_softmax_over_a_fully_masked_row_is_fixed_at_the_mask(nandoctor):
+    # An empty bag's scores are all -inf: the softmax is right to give 0/0, and the line to edit
+    # is the mask's constant, rewritten and re-run as `torch.finfo(dtype).min`.
+    script = "attention_pool_empty_bag_mask.py"
+    result = nandoctor("run", script)
+    assert result.exit_code == 1
+    first = result.report["first_nonfinite"]
+    assert (first["phase"], first["kind"]) == ("forward", "masked_softmax")
+    assert first["location"]["line"] == line_of(script, "F.softmax(scores")
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("invalid_operation", "IO105")
+    assert cause["location"]["line"] == line_of(script, 'masked_fill(~present, float("-inf"))')
+    assert cause["verified_fix"] is True
+    assert "masked_fill(~present, torch.finfo(scores.dtype).min)" in cause["fix"]
+
+
 def test_a_clip_for_a_script_without_clipping_goes_after_its_backward_call(nandoctor):
     # One rare long sequence's gradient jumps (EG602): the script sets no clipping anywhere, so
     # the line to edit is its `loss.backward()`, after which `clip_grad_norm_` goes.

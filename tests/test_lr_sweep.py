@@ -456,6 +456,81 @@ def test_a_clip_that_does_not_train_is_tried_tighter_and_leads_when_nothing_else
     assert not any("as a smaller learning rate would" in line for line in clip.evidence)
 
 
+def _batch_spike_search(jump_at, rate_step_at: int | None = None) -> Search:
+    """x1 fails at step 30 and is spiky; rates up to x1/4 train. `jump_at(multiplier)`: the
+    step where that run's gradient norm jumps 20x (None: no jump). A clip at x1 survives with
+    loss spikes, its late loss as low as the smaller rates'. `rate_step_at`: the step where a
+    schedule raises every run's rate 30x."""
+
+    def oracle(planned):
+        if planned.clip is not None:
+            return Verdict("unstable", "U1", "2 loss spikes (step 12)", failure_step=12)
+        if planned.multiplier <= 0.3:
+            return Verdict("stable", "", "loss 2 -> 1")
+        return Verdict("diverged", "D1", "nan", failure_step=30, pattern="spike")
+
+    def record(planned, steps=40):
+        jump = jump_at(1.0 if planned.clip is not None else planned.multiplier)
+        norms = [1.0 + 0.1 * (i % 3) for i in range(steps)]
+        if jump is not None and jump < steps:
+            norms[jump] = 20.0
+        losses = [2.0 - i / steps for i in range(steps)]
+        lrs = [[0.1 * planned.multiplier * (30 if rate_step_at and i >= rate_step_at else 1)]
+               for i in range(steps)]  # fmt: skip
+        return RunRecord(planned, oracle(planned), losses=losses, grad_norms=norms, lrs=lrs)
+
+    search = Search(SETTINGS, record(Planned(1.0, "watched"), steps=30), False)
+    while not search.done:
+        for planned in search.take(2):
+            search.record(record(planned))
+    return search
+
+
+def test_gradient_spikes_at_the_same_batches_at_every_rate_are_the_cause_when_a_clip_trains():
+    """The same step jumps at x1, x1/2 and x1/4: the batch makes the jump, and clipping at
+    x1 carries the run past its failure with a loss as low as the smaller rates'."""
+    from nandoctor.stages.lr_sweep.conclusions import findings
+
+    search = _batch_spike_search(lambda multiplier: 20)
+    found = {f.category: f for f in findings(search)}
+    spikes = found["exploding_gradients"]
+    assert spikes.code == "EG503" and spikes.remedy["keeps_the_rate"]
+    assert spikes.remedy["multiplier"] == 1.0 and spikes.verified_fix
+    assert "at step 20 the gradient norm jumped" in spikes.evidence[0]
+    assert "learning_rate" in found  # the rate trains too: ranking weighs the two
+
+
+def test_a_jump_that_comes_later_as_the_rate_falls_is_the_rate_s():
+    """x1 jumps at step 20, x1/2 at 26, x1/4 at 32: the rate drives when the jump comes."""
+    from nandoctor.stages.lr_sweep.conclusions import findings
+
+    search = _batch_spike_search(lambda multiplier: round(20 + 12 * (1 - multiplier)))
+    assert all(f.code != "EG503" for f in findings(search))
+
+
+def test_a_jump_where_the_schedule_raised_the_rate_is_the_rate_s():
+    """Every run jumps at step 21 because a step schedule raised every rate 30x at step 20."""
+    from nandoctor.stages.lr_sweep.conclusions import findings
+
+    search = _batch_spike_search(lambda multiplier: 21, rate_step_at=20)
+    assert all(f.code != "EG503" for f in findings(search))
+
+
+def test_a_script_whose_rare_batches_jump_at_every_rate_is_told_to_clip(nandoctor):
+    # A handful of far-out rows make a cross network's gradient jump at the same batches at
+    # every rate: clipping at the script's own rate is the verified fix, located after its
+    # backward() (the script sets no clipping), and the rate stays below it.
+    script = "cross_network_batch_cliffs.py"
+    result = nandoctor("run", script)
+    assert result.exit_code == 1
+    causes = result.report["causes"]
+    assert (causes[0]["category"], causes[0]["code"]) == ("exploding_gradients", "EG503")
+    assert causes[0]["verified_fix"] is True
+    assert causes[0]["location"]["line"] == line_of(script, "loss.backward()")
+    rates = [c for c in causes if c["category"] == "learning_rate"]
+    assert all(c["confidence"] < causes[0]["confidence"] for c in rates)
+
+
 def test_clip_and_rounding_helpers():
     assert round_down(0.35355) == 0.35
     assert round_down(0.125) == 0.12
@@ -545,8 +620,31 @@ def test_a_wrapper_optimizer_is_scaled_once(tmp_path):
     assert lrs == [[pytest.approx(0.05)]] * 5
 
 
-def test_the_clip_experiment_clips_after_the_norm_is_recorded(tmp_path):
-    options = ChildOptions(script=str(SCRIPTS / "lr_diverging_sgd.py"), args=[], events_path="",
+_CLOSURE_SCRIPT = """\
+import torch
+torch.manual_seed(0)
+w = torch.nn.Parameter(torch.randn(16) * 5)
+x = torch.randn(64, 16)
+optimizer = torch.optim.SGD([w], lr=0.8)
+for step in range(30):
+    def closure():
+        optimizer.zero_grad()
+        loss = ((x @ w) ** 2).mean()
+        loss.backward()
+        return loss
+    print(optimizer.step(closure).item())
+"""
+
+
+@pytest.mark.parametrize("closure", [False, True])
+def test_the_clip_experiment_clips_after_the_norm_is_recorded(closure, tmp_path):
+    """Also when the backward runs inside optimizer.step(closure) (Lightning, L-BFGS), after
+    the step's pre-hooks: the norm recorded is the one the clip acted on."""
+    script = SCRIPTS / "lr_diverging_sgd.py"
+    if closure:
+        script = tmp_path / "closure_sgd.py"
+        script.write_text(_CLOSURE_SCRIPT)
+    options = ChildOptions(script=str(script), args=[], events_path="",
                            max_steps=20, seed=0, detect=False, probes=["lr_sweep"],
                            extra={"lr_sweep": {"multiplier": 1.0, "clip": 1.0}})  # fmt: skip
     outcome = run_child(options, str(tmp_path), timeout_s=120)

@@ -70,6 +70,24 @@ def test_the_value_is_traced_from_the_call_to_where_it_is_written(tmp_path):
     assert where_written(str(script), 11, "momentum") is None
 
 
+def test_an_option_with_two_names_is_stored_under_its_first_long_one(tmp_path):
+    # argparse's own rule: `"--lr", "--learning-rate"` is `args.lr`, whatever the longer name
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""\
+        import argparse, torch
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--lr", "--learning-rate", type=float, default=1e-3)
+        parser.add_argument("-m", "--momentum-value", dest="mom", type=float, default=0.9)
+        args = parser.parse_args()
+        a = torch.optim.SGD([], lr=args.lr, momentum=args.mom)
+    """)
+    )
+    assert where_written(str(script), 6, "lr").line == 3
+    assert where_written(str(script), 6, "momentum").line == 4
+    assert where_written(str(script), 6, "lr", ("--learning-rate=1",)).how == "the command line"
+
+
 def test_a_setting_of_an_optimizer_the_framework_builds_is_found_under_its_name(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(

@@ -341,6 +341,17 @@ _CODES = (
         "clipping is switched off (`grad_clip=None`, a `--clip` defaulting to 0, its clipping "
         "call commented out)",
     ),
+    Code(
+        "EG503",
+        "lr_sweep",
+        "gradient spikes at the same batches at every learning rate: clipping keeps the rate",
+        "a step's gradient norm jumps 5x above the steps before it at x1 and, at the same step "
+        "(the candidates see the same batches), at two smaller rates, one of them at most x1/4; "
+        "and x1 with gradients clipped runs past x1's failure without diverging, its late loss "
+        "at most 1.2x the best of the smaller rates (stages/lr_sweep/batch_spikes.py)",
+        ("cross_network_batch_cliffs.py",),
+        "standard",
+    ),
     # ---- the diagnosis across stages (ranking.py, optimizer_settings.py) -----------------------
     Code(
         "EG601",

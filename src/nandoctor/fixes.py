@@ -160,3 +160,70 @@ def _parse_line(text: str) -> tuple[ast.AST, str, str, str] | None:
         except SyntaxError:
             continue
     return None
+
+
+# Functions that write a constant into a tensor: a mask's -inf goes in through one of them.
+FILLS = frozenset({"masked_fill", "masked_fill_", "where", "full", "full_like", "new_full",
+                   "fill_", "fill"})  # fmt: skip
+_INF_NAMES = ("inf", "infinity")
+
+
+def finite_fill_remedy(file: str, line: int, code: str | None) -> dict:
+    """The `finite_fill` remedy: the infinite constants the line's fills write become the
+    most extreme finite values of their dtype. `shown`: the line rewritten the same way."""
+    shown = finite_fill_line(code) if code else None
+    return {"kind": "finite_fill", "file": file, "line": line, "shown": shown}
+
+
+def finite_fill_line(code: str) -> str | None:
+    """`scores.masked_fill(mask, float("-inf"))` ->
+    `scores.masked_fill(mask, torch.finfo(scores.dtype).min)`: a row whose every entry is
+    masked then softmaxes to equal weights instead of 0/0. None unless the line fills a tensor
+    it names with a written infinity."""
+    parsed = _parse_line(code.strip())
+    if parsed is None:
+        return None
+    tree, text, before, after = parsed
+    edits = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and _function_name(node) in FILLS):
+            continue
+        filled = _filled_tensor(node)
+        for value in (*node.args, *(k.value for k in node.keywords)):
+            sign = _written_infinity(value)
+            if sign and filled is not None:
+                dtype = f"{text[filled.col_offset : filled.end_col_offset]}.dtype"
+                extreme = "min" if sign < 0 else "max"
+                edits.append((value, f"torch.finfo({dtype}).{extreme}"))
+    if not edits:
+        return None
+    for node, replacement in sorted(edits, key=lambda e: e[0].col_offset, reverse=True):
+        text = text[: node.col_offset] + replacement + text[node.end_col_offset :]
+    return before + text.removesuffix(_BODY) + after
+
+
+def _filled_tensor(call: ast.Call) -> ast.AST | None:
+    """The tensor whose dtype the fill writes in: `x` of `x.masked_fill(...)` or of
+    `torch.masked_fill(x, ...)`, the kept values of `torch.where(mask, x, -inf)`."""
+    name = _function_name(call)
+    if isinstance(call.func, ast.Attribute) and not _is_module(call.func.value):
+        return call.func.value
+    if name == "where" and len(call.args) == 3:
+        return next((a for a in call.args[1:] if not _written_infinity(a)), None)
+    return call.args[0] if name in ("masked_fill", "full_like") and call.args else None
+
+
+def _written_infinity(node: ast.AST) -> int:
+    """-1 for a written -inf (`float("-inf")`, `-float("inf")`, `-math.inf`, `-torch.inf`),
+    +1 for +inf, 0 for anything else."""
+    sign = 1
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        sign, node = -1, node.operand
+    if isinstance(node, ast.Attribute) and node.attr in _INF_NAMES:
+        return sign
+    if (isinstance(node, ast.Call) and _function_name(node) == "float" and node.args
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):  # fmt: skip
+        word = node.args[0].value.strip().lower()
+        if word.lstrip("+-") in _INF_NAMES:
+            return -sign if word.startswith("-") else sign
+    return 0

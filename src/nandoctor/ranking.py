@@ -282,7 +282,7 @@ def _held(finding: Finding, category: str, *kinds: str) -> bool:
 
 
 def _guard_held(finding: Finding) -> bool:
-    return _held(finding, "invalid_operation", "guard_op")
+    return _held(finding, "invalid_operation", "guard_op", "finite_fill")
 
 
 def _float32_held(finding: Finding) -> bool:

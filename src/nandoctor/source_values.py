@@ -382,14 +382,20 @@ def _argparse_option(tree: ast.AST, dest: str) -> tuple[set[str], ast.Call] | No
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "add_argument"):  # fmt: skip
             continue
-        flags = {a.value for a in node.args if isinstance(a, ast.Constant)
-                 and isinstance(a.value, str)}  # fmt: skip
+        given = [a.value for a in node.args if isinstance(a, ast.Constant)
+                 and isinstance(a.value, str)]  # fmt: skip
         explicit = next((k.value.value for k in node.keywords if k.arg == "dest"
                          and isinstance(k.value, ast.Constant)), None)  # fmt: skip
-        longest = max(flags, key=len, default="")
-        if dest in (explicit, _dest(longest)):
-            return flags, node
+        if dest == (explicit or _argparse_dest(given)):
+            return set(given), node
     return None
+
+
+def _argparse_dest(flags: list[str]) -> str:
+    """argparse's own rule: the first long option (`--lr` of `"--lr", "--learning-rate"`),
+    else the first option string, dashes stripped."""
+    first = next((f for f in flags if f.startswith("--")), flags[0] if flags else "")
+    return _dest(first)
 
 
 def _dict_entry(tree: ast.AST, key: str) -> ast.AST | None:

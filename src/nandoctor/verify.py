@@ -45,6 +45,12 @@ def describe_remedy(remedy: dict) -> str:
             f"line {remedy['line']} computed in float32 (its half inputs upcast, autocast "
             "off, its results back in half where another line mixes them with half tensors)"
         )
+    if kind == "finite_fill":
+        if remedy.get("shown"):
+            return f"line {remedy['line']} as `{remedy['shown']}`"
+        return (
+            f"the infinities line {remedy['line']} fills in written as the dtype's finite extremes"
+        )
     if kind == "optimizer_eps":
         return f"the optimizer's eps set to {remedy['eps']:g}"
     if kind == "optimizer_settings":
@@ -66,7 +72,7 @@ def horizon(context: StageContext, start: Start = FROM_THE_START) -> int:
 # Remedies that act on what happens at each step, so a run resumed from a rewind point applies
 # them exactly as a run from step 0 would. The others act when the model or optimizer is built
 # (settings, initialization, dtype) and need the script from its start.
-_AT_EACH_STEP = ("guard_op", "sanitize_inputs", "float32_at")
+_AT_EACH_STEP = ("guard_op", "sanitize_inputs", "float32_at", "finite_fill")
 # A model trained on other inputs up to a rewind point would see a shifted distribution.
 _FROM_THE_FIRST_BATCH = ("standardize_inputs",)
 # Acting earlier could have prevented the failure: the run resumes some steps before it.

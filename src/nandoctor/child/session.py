@@ -103,6 +103,8 @@ class WatchSession:
         self._stepping = None  # the optimizer whose step() is running
         self._losses: list[float] = []
         self._grad_norm: float | None = None
+        self._norm_before_clip: float | None = None  # set by `clip_gradients` until recorded
+        self._backward_since_step = False  # gradients computed that no step has consumed yet
         self._param_names: dict[int, str] = {}
         # Leaves the running backward pass writes gradients into, modules' or not.
         self._backward_leaves: list[torch.Tensor] = []
@@ -259,6 +261,7 @@ class WatchSession:
         self._nonfinite_read = None  # the script trains on: what it uses is checked from here
         self.backward_call = find_user_frame()
         self.backward_calls += 1
+        self._backward_since_step = True
         self._backward_leaves = leaves_reached_by(list(iter_tensors(tensors)))
         self._pending_loss = None  # a non-finite loss of an earlier backward no step took
         if not self.uses_grad_scaler:  # with a scaler, the loss was checked before scaling
@@ -431,6 +434,20 @@ class WatchSession:
         if self.updates_by_hand and not self.stopping:
             self._finish_step([])  # the learning rate lives in the script's own code
 
+    def clip_gradients(self, params, max_norm: float) -> None:
+        """Clip `params`' gradients for a clip experiment or a remedy. The norm recorded for
+        the step stays the one before clipping, whichever hook runs first (a closure's
+        backward, in Lightning or L-BFGS, may be clipped before the session's own check sees
+        it). A clip before a closure runs acts on the last step's gradients: not recorded."""
+        params = [p for p in params if p.grad is not None]
+        if not params:
+            return
+        with self.quiet():
+            if self._backward_since_step:
+                grads = [p.grad for p in params if is_checked(p.grad)]
+                self._norm_before_clip = _total_norm(grads)
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+
     def _before_step(self, optimizer) -> None:
         self._stop_if_asked()
         self._remember(optimizer)
@@ -478,6 +495,7 @@ class WatchSession:
         losses, self._losses = self._losses, []
         loss = sum(losses) / len(losses) if losses else None
         self.events.emit("step", step=self.step, loss=loss, grad_norm=self._grad_norm, lr=lrs)
+        self._norm_before_clip, self._backward_since_step = None, False
         self.step += 1
         self._forward_this_step = False
         self._activate_detector_at(self.step)
@@ -496,6 +514,9 @@ class WatchSession:
             params = params_of(optimizer) if optimizer else self.all_params()
             grads = [p.grad for p in params if p.grad is not None and is_checked(p.grad)]
             self._grad_norm = _total_norm(grads)
+            if self._norm_before_clip is not None:
+                # clipped by an experiment or a remedy: the step's norm is what it acted on
+                self._grad_norm, self._norm_before_clip = self._norm_before_clip, None
             if optimizer is None:
                 self._pending_grad = None
             if math.isfinite(self._grad_norm):
@@ -544,9 +565,15 @@ class WatchSession:
             "phase": (phase or self.phase) if birth is None else birth.phase,
             "optimizer": stepping,
             "counts": count_nonfinite(bad).describe(),
-            "birth": _birth_dict(birth) if birth else None,
+            "birth": self._birth_dict(birth) if birth else None,
             "backward_call": self.backward_call.as_dict() if self.backward_call else None,
         }  # fmt: skip
+
+    def _birth_dict(self, birth: Birth) -> dict:
+        found = _birth_dict(birth)
+        if (constant := self.detector.constant_parent(birth)) and constant.location:
+            found["constant_at"] = constant.location.as_dict()  # where the mask wrote its -inf
+        return found
 
     def _scalar_read(self, tensor: torch.Tensor, value) -> None:
         """The script read values out of a tensor: a number (`item()`, `float()`), or an array

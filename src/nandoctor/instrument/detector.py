@@ -425,6 +425,12 @@ class NonfiniteDetector(TorchDispatchMode):
     def taint_of(self, t: torch.Tensor) -> frozenset[int]:
         return self._taint.get(t, frozenset())
 
+    def constant_parent(self, birth: Birth) -> Birth | None:
+        """The deliberate constant (a mask's -inf) `birth` was made from, when `root_birth`
+        stopped there: a softmax over a row the mask filled entirely."""
+        parent = self.births.get(birth.parent) if birth.parent is not None else None
+        return parent if parent is not None and parent.constant else None
+
     def root_birth(self, birth_ids) -> Birth | None:
         """The birth to blame for a taint set: the earliest, followed back through NaN-from-Inf
         births to the Inf that caused them, unless that Inf was a deliberate constant (mask)."""

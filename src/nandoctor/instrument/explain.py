@@ -373,7 +373,8 @@ def explain_nan_from_inf(op_name: str, args, out: torch.Tensor) -> Why:
         dim = args[1] if len(args) > 1 and isinstance(args[1], int) else -1
         rows = _count(torch.isneginf(x.detach()).all(dim=dim))
         if rows:
-            text = f"softmax over {_plural(rows, 'row')} that are entirely -inf (fully masked)"
+            verb = "is" if rows == 1 else "are"
+            text = f"softmax over {_plural(rows, 'row')} that {verb} entirely -inf (fully masked)"
             return Why(MASKED_SOFTMAX, text, _dtype_of(out))
     known = {
         "add": "inf + (-inf)",

@@ -105,10 +105,7 @@ class LrScaling:
                 return
 
     def _clip_gradients(self, optimizer, args=(), kwargs=None) -> None:
-        params = [p for p in params_of(optimizer) if p.grad is not None]
-        if params:
-            with self.session.quiet():
-                torch.nn.utils.clip_grad_norm_(params, self.clip)
+        self.session.clip_gradients(params_of(optimizer), self.clip)
 
     def _after_backward(self, tensors) -> None:
         # A closure passed to optimizer.step(closure) (L-BFGS, Lightning) computes the

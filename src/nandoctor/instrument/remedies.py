@@ -13,6 +13,8 @@ Each remedy is described by a plain dict (it travels in the child's options):
 - {"kind": "float32_at", "file": F, "line": L}: compute that user line in float32: its
   float16/bfloat16 inputs upcast, its casts to them kept float32, autocast off there, and
   what it made from half inputs cast back where another line combines it with half tensors;
+- {"kind": "finite_fill", "file": F, "line": L}: the infinite constants that line's fills
+  (masked_fill, where, full...) write become their dtype's most extreme finite values;
 - {"kind": "optimizer_eps", "eps": E}: optimizers built with eps <= 0 get eps = E;
 - {"kind": "optimizer_settings", "index": I, "settings": {...}}: the I-th optimizer the script
   builds gets these settings in every param group.
@@ -20,13 +22,14 @@ Each remedy is described by a plain dict (it travels in the child's options):
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from nandoctor.fixes import CALLS, GUARDS, guard_for
+from nandoctor.fixes import CALLS, FILLS, GUARDS, guard_for
 from nandoctor.instrument.batches import iter_leaves
 from nandoctor.instrument.frames import find_user_frame
 from nandoctor.instrument.tensors import iter_tensors, params_of
@@ -43,6 +46,12 @@ def _compiled_guards() -> dict:
 
 
 _GUARD_FUNCTIONS = _compiled_guards()
+
+
+def _at_user_line(file: str, line: int) -> bool:
+    """The op being called was called from the user's `file`:`line`."""
+    frame = find_user_frame()
+    return frame is not None and frame.line == line and frame.file == file
 
 
 class OpGuard(TorchFunctionMode):
@@ -62,8 +71,7 @@ class OpGuard(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _at_the_line(self) -> bool:
-        frame = find_user_frame()
-        return frame is not None and frame.line == self.line and frame.file == self.file
+        return _at_user_line(self.file, self.line)
 
     def _guarded(self, args: tuple) -> tuple:
         args = list(args)
@@ -129,6 +137,42 @@ class Float32AtTheLine(TorchFunctionMode):
         return _map_leaves(value, back)
 
 
+class FiniteFillAtTheLine(TorchFunctionMode):
+    """At one user line, a fill's infinite constant (a mask's -inf) is written as the dtype's
+    most extreme finite value, `torch.finfo(dtype).min`, as the fix shown rewrites it."""
+
+    def __init__(self, file: str, line: int) -> None:
+        super().__init__()
+        self.file, self.line = os.path.abspath(file), line
+        self.applied = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", None) in FILLS and self._at_the_line():
+            dtype = _dtype_filled(args, kwargs)
+            args = tuple(self._finite(a, dtype) for a in args)
+            kwargs = {k: self._finite(v, dtype) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+    def _at_the_line(self) -> bool:
+        return _at_user_line(self.file, self.line)
+
+    def _finite(self, value, dtype: torch.dtype):
+        if isinstance(value, float) and math.isinf(value):
+            self.applied += 1
+            return torch.finfo(dtype).min if value < 0 else torch.finfo(dtype).max
+        return value
+
+
+def _dtype_filled(args, kwargs) -> torch.dtype:
+    """The floating dtype the fill writes in: its `dtype=`, else its first floating tensor's."""
+    dtype = kwargs.get("dtype")
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        return dtype
+    tensors = [t for t in iter_tensors((args, kwargs)) if t.is_floating_point()]
+    return tensors[0].dtype if tensors else torch.get_default_dtype()
+
+
 def _in_float32(value):
     """`value` with its half tensors upcast and its half dtypes (a `.to(x.dtype)`) float32."""
 
@@ -191,8 +235,7 @@ def _clip_gradients(remedy: dict, session) -> None:
     max_norm = float(remedy["max_norm"])
 
     def clip(params) -> None:
-        with session.quiet():
-            torch.nn.utils.clip_grad_norm_(params, max_norm)
+        session.clip_gradients(params, max_norm)
 
     def after_backward(tensors) -> None:
         # A script that updates its parameters by hand does so right after backward(); a
@@ -307,11 +350,14 @@ def _identity_cast(original, is_module: bool):
 def apply_remedy(remedy: dict, session) -> None:
     """Install `remedy` for this run (called before the script starts)."""
     kind = remedy["kind"]
-    if kind in ("guard_op", "float32_at"):
+    at_a_line = {"guard_op": OpGuard, "float32_at": Float32AtTheLine,
+                 "finite_fill": FiniteFillAtTheLine}  # fmt: skip
+    if kind in at_a_line:
+        where = (remedy["file"], int(remedy["line"]))
         mode = (
-            OpGuard(remedy["op"], remedy["file"], int(remedy["line"]), remedy.get("guard"))
+            OpGuard(remedy["op"], *where, remedy.get("guard"))
             if kind == "guard_op"
-            else Float32AtTheLine(remedy["file"], int(remedy["line"]))
+            else at_a_line[kind](*where)
         )
         mode.__enter__()
         session.remedy_guard = mode

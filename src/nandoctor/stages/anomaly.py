@@ -6,12 +6,13 @@ import dataclasses
 
 from nandoctor.codes import CODES
 from nandoctor.compiled_only import compiled_only_finding, only_compiled
-from nandoctor.fixes import GUARDABLE_OPS, guard_for, guard_remedy
+from nandoctor.fixes import GUARDABLE_OPS, finite_fill_remedy, guard_for, guard_remedy
 from nandoctor.instrument.kinds import (
     CONSTANT_OVERFLOW,
     CONVERSION_OVERFLOW,
     DIVISION_BY_ZERO,
     DOMAIN,
+    MASKED_SOFTMAX,
     NONFINITE_INPUT,
     NONFINITE_PARAMETER,
     OVERFLOW,
@@ -187,6 +188,12 @@ def finding_from(
         evidence.append(f"code: {first.location.code}")
     remedy = propose_remedy(first, birth, category, optimizer, own_update)
     location, fix = first.location, suggest_fix(first, birth, category, remedy)
+    if (mask := _mask_of_a_masked_row(first, birth)) is not None:
+        # The softmax is right to give 0/0 on a row with nothing to attend to: the formula to
+        # change is the mask's, whose -inf leaves no finite entry in that row.
+        evidence.append(f"every entry of those rows was set to -inf at {mask.short()}"
+                        + (f": {mask.code}" if mask.code else ""))  # fmt: skip
+        location = mask
     if code == "OC103":
         fix = _update_overflow_fix(first, own_update)
     if optimizer is not None and (category == "learning_rate" or first.phase == "optimizer"):
@@ -221,6 +228,8 @@ def propose_remedy(
     """The fix a re-run can apply by itself to verify this finding, if there is one.
     `own_update`: it was born in an optimizer step the script wrote itself."""
     eps = _eps_of(optimizer)
+    if (mask := _mask_of_a_masked_row(first, birth)) is not None:
+        return finite_fill_remedy(mask.file, mask.line, mask.code)
     if category == "optimizer_config" and eps is not None and eps <= 0:
         return {"kind": "optimizer_eps", "eps": 1e-8}
     if category == "initialization":
@@ -244,6 +253,13 @@ def propose_remedy(
         where = first.location
         return guard_remedy(op, _guard_of(first, op), where.file, where.line, where.code)
     return None
+
+
+def _mask_of_a_masked_row(first: FirstNonfinite, birth: dict) -> Location | None:
+    """Where a mask wrote the -inf that filled a softmax row entirely, or None."""
+    if first.kind != MASKED_SOFTMAX:
+        return None
+    return Location.from_dict(birth.get("constant_at"))
 
 
 def _guard_of(first: FirstNonfinite, op: str) -> str:
@@ -380,6 +396,8 @@ def _categorize(
     if first.phase == "backward":
         forward = first.forward_op or op
         return "IO104", f"the gradient of {forward} is not finite at its input", 0.85
+    if first.kind == MASKED_SOFTMAX:
+        return "IO105", "softmax over rows whose every entry is masked to -inf", 0.85
     return (
         "IO105",
         _DOMAIN_TITLES.get(op, f"{op} received inputs outside its domain"),
@@ -418,6 +436,16 @@ def suggest_fix(first: FirstNonfinite, birth: dict, category: str, remedy: dict 
     op = op_base(first.op)
     forward_op = _op_to_fix(first)
     rewritten = (remedy or {}).get("shown")
+    if first.kind == MASKED_SOFTMAX:
+        example = (
+            "" if rewritten else " (`scores.masked_fill(mask, torch.finfo(scores.dtype).min)`)"
+        )
+        return _with_rewrite(
+            rewritten,
+            f"mask with the dtype's most negative finite value, not -inf{example}: a row with "
+            "every entry masked then gets equal weights instead of 0/0; or keep such rows out "
+            "(give each at least one unmasked entry, or zero their output)",
+        )
     if "masked_forward" in birth.get("notes", []):
         return _with_rewrite(
             rewritten,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from nandoctor.report.model import Finding, Location
+from nandoctor.stages.lr_sweep.batch_spikes import BatchSpikes, batch_spikes
 from nandoctor.stages.lr_sweep.search import CLIP, RunRecord, Search, same
 from nandoctor.stages.lr_sweep.verdicts import progress
 
@@ -196,11 +197,52 @@ def findings(search: Search) -> list[Finding]:
     if conclusion_of(search) == LEARNING_RATE:
         found.append(_learning_rate_finding(search))
     clip = search.clip_run
+    if (spikes := batch_spikes(search)) is not None:
+        found.append(_batch_spikes_finding(search, spikes))
     # A clip that changed no step changed nothing: the run it helped would have trained as it
     # was (a failure that did not repeat), so it is no evidence about gradients.
-    if clip is not None and clip.verdict.verdict == "stable" and clip.clipped_steps:
+    elif clip is not None and clip.verdict.verdict == "stable" and clip.clipped_steps:
         found.append(_clip_finding(search, clip))
     return found
+
+
+def _batch_spikes_finding(search: Search, spikes: BatchSpikes) -> Finding:
+    clip, value = spikes.clip, spikes.clip.planned.clip
+    at_rates = ", ".join(f"×{label(m)} {jump:.3g}x" for m, jump in sorted(spikes.jumps.items(),
+                                                                         reverse=True))  # fmt: skip
+    more = len(spikes.steps) - 1
+    evidence = (
+        f"at step {spikes.step} the gradient norm jumped above its level at every rate: "
+        f"{at_rates}" + (f" (and at {more} more such steps)" if more else ""),
+        "the candidates resume from the same point and see the same batches: the batch makes "
+        "the jump, and a smaller rate only shrinks the update it drives",
+        f"×1 with gradients clipped at {value:g}: {clip.verdict.detail}, past step "
+        f"{search.baseline.verdict.failure_step} where ×1 failed; its late loss "
+        f"{spikes.clip_loss:.4g} against {spikes.rates_loss:.4g} at the best smaller rate",
+    )
+    return Finding(
+        stage=NAME,
+        category="exploding_gradients",
+        title=f"gradient spikes at the same batches at every learning rate: ×1 trains once "
+        f"they are clipped at {value:g}",
+        confidence=0.8,
+        evidence=evidence,
+        fix=(
+            "clip gradients before `optimizer.step()`: "
+            f"`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={value:g})`; the "
+            "learning rate can stay"
+        ),
+        location=None,
+        verified_fix=True,
+        remedy={
+            "kind": "clip_gradients",
+            "max_norm": value,
+            "multiplier": 1.0,
+            "keeps_the_rate": True,
+            "trains_at_the_rate": True,
+        },  # fmt: skip
+        code="EG503",
+    )
 
 
 def _learning_rate_finding(search: Search) -> Finding:
