@@ -129,11 +129,12 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--num-caps", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--epochs", type=int, default=13)
+    p.add_argument("--epochs", type=int, default=24)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--n-train", type=int, default=1024)
     args = p.parse_args()
 
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     random.seed(0)
     rng = np.random.default_rng(0)
