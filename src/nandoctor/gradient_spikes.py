@@ -42,7 +42,8 @@ class Cliff:
     clip: float  # a clip value from the ordinary norms before the jump
 
 
-def _finite(value) -> bool:
+def finite_number(value) -> bool:
+    """A recorded loss or gradient norm that is a finite number (not None, NaN or Inf)."""
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
@@ -52,11 +53,11 @@ def find_cliff(grad_norms, losses, failed_step: int | None) -> Cliff | None:
     been growing is divergence built up over the updates, not a cliff."""
     end = min(len(grad_norms), failed_step if failed_step is not None else len(grad_norms))
     for step in range(_MIN_HISTORY, end):
-        norms = [g for g in grad_norms[max(0, step - _WINDOW) : step] if _finite(g)]
+        norms = [g for g in grad_norms[max(0, step - _WINDOW) : step] if finite_number(g)]
         if len(norms) < _MIN_HISTORY:
             continue
         level, norm = median(norms), grad_norms[step]
-        if not _finite(norm):
+        if not finite_number(norm):
             return None  # a non-finite norm has no proportion to the loss to judge
         if level <= 0 or norm < JUMP_FACTOR * level:
             continue
@@ -74,8 +75,8 @@ def find_cliff(grad_norms, losses, failed_step: int | None) -> Cliff | None:
 def _loss_jump(losses, step: int) -> float | None:
     """The loss of `step` over the median loss of the steps before it; None when it cannot be
     told (a non-finite loss, or losses that are not all positive)."""
-    prior = [v for v in losses[max(0, step - _WINDOW) : step] if _finite(v)]
-    if step >= len(losses) or not _finite(losses[step]) or len(prior) < _MIN_HISTORY:
+    prior = [v for v in losses[max(0, step - _WINDOW) : step] if finite_number(v)]
+    if step >= len(losses) or not finite_number(losses[step]) or len(prior) < _MIN_HISTORY:
         return None
     if losses[step] <= 0 or min(prior) <= 0:
         return None

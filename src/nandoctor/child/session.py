@@ -565,11 +565,12 @@ class WatchSession:
             "phase": (phase or self.phase) if birth is None else birth.phase,
             "optimizer": stepping,
             "counts": count_nonfinite(bad).describe(),
-            "birth": self._birth_dict(birth) if birth else None,
+            "birth": self._birth_event(birth) if birth else None,
             "backward_call": self.backward_call.as_dict() if self.backward_call else None,
         }  # fmt: skip
 
-    def _birth_dict(self, birth: Birth) -> dict:
+    def _birth_event(self, birth: Birth) -> dict:
+        """The birth as the nonfinite event carries it, with where its mask wrote the -inf."""
         found = _birth_dict(birth)
         if (constant := self.detector.constant_parent(birth)) and constant.location:
             found["constant_at"] = constant.location.as_dict()  # where the mask wrote its -inf

@@ -102,8 +102,7 @@ class Float32AtTheLine(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        frame = find_user_frame()
-        if frame is None or frame.line != self.line or frame.file != self.file:
+        if not _at_user_line(self.file, self.line):
             if self.made_from_half and self._half_dtype((args, kwargs), made=False) is not None:
                 args, kwargs = self._back_to_half((args, kwargs))
             return func(*args, **kwargs)
@@ -347,17 +346,19 @@ def _identity_cast(original, is_module: bool):
     return keep
 
 
+# Remedies that change what one user line computes (a guard_op also names its op).
+_AT_A_LINE = {"float32_at": Float32AtTheLine, "finite_fill": FiniteFillAtTheLine}
+
+
 def apply_remedy(remedy: dict, session) -> None:
     """Install `remedy` for this run (called before the script starts)."""
     kind = remedy["kind"]
-    at_a_line = {"guard_op": OpGuard, "float32_at": Float32AtTheLine,
-                 "finite_fill": FiniteFillAtTheLine}  # fmt: skip
-    if kind in at_a_line:
+    if kind == "guard_op" or kind in _AT_A_LINE:
         where = (remedy["file"], int(remedy["line"]))
         mode = (
             OpGuard(remedy["op"], *where, remedy.get("guard"))
             if kind == "guard_op"
-            else at_a_line[kind](*where)
+            else _AT_A_LINE[kind](*where)
         )
         mode.__enter__()
         session.remedy_guard = mode

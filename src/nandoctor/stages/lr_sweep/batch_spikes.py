@@ -15,10 +15,10 @@ rates.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from statistics import median
 
+from nandoctor.gradient_spikes import finite_number
 from nandoctor.stages.lr_sweep.search import RunRecord, Search, same
 
 JUMP = 5.0  # a step's gradient norm this many times the median of the steps before it
@@ -41,10 +41,6 @@ class BatchSpikes:
     rates_loss: float  # the best late loss of the smaller rates
 
 
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
-
-
 def jumps_of(record: RunRecord, end: int | None = None) -> dict[int, float]:
     """{absolute step: its gradient norm over the median of the steps before it} for each step
     of `record` (up to index `end`) whose norm jumped `JUMP` x above them, unless the learning
@@ -54,8 +50,8 @@ def jumps_of(record: RunRecord, end: int | None = None) -> dict[int, float]:
     rates = [_peak(lrs) for lrs in record.lrs]
     found = {}
     for i in range(_MIN_HISTORY, len(norms)):
-        prior = [g for g in norms[max(0, i - _WINDOW) : i] if _finite(g)]
-        if len(prior) < _MIN_HISTORY or not _finite(norms[i]):
+        prior = [g for g in norms[max(0, i - _WINDOW) : i] if finite_number(g)]
+        if len(prior) < _MIN_HISTORY or not finite_number(norms[i]):
             continue
         level = median(prior)
         if level > 0 and norms[i] >= JUMP * level and not _rate_rose(rates, i):
@@ -64,7 +60,7 @@ def jumps_of(record: RunRecord, end: int | None = None) -> dict[int, float]:
 
 
 def _peak(lrs) -> float | None:
-    values = [lr for lr in lrs or () if _finite(lr)]
+    values = [lr for lr in lrs or () if finite_number(lr)]
     return max(values) if values else None
 
 
@@ -77,7 +73,7 @@ def _rate_rose(rates: list[float | None], i: int) -> bool:
 
 
 def late_loss(record: RunRecord) -> float | None:
-    values = [v for v in record.losses if _finite(v)]
+    values = [v for v in record.losses if finite_number(v)]
     return median(values[-_LATE:]) if values else None
 
 
