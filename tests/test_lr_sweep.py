@@ -194,9 +194,9 @@ def _record(multiplier: float, purpose: str, verdict: Verdict, clip=None, grads=
                      grad_norms=grads or [1.0] * 20)  # fmt: skip
 
 
-def _simulate(oracle, jobs: int, settings: Settings = SETTINGS) -> Search:
+def _simulate(oracle, jobs: int, settings: Settings = SETTINGS, newest_first=False) -> Search:
     """Drive a Search with `oracle(planned) -> Verdict`, `jobs` runs at a time, finishing the
-    oldest running candidate first."""
+    oldest running candidate first (or the newest)."""
     search = Search(settings, _record(1.0, "watched", oracle(Planned(1.0, "watched"))), False)
     running: list[Planned] = []
     while not search.done:
@@ -205,7 +205,7 @@ def _simulate(oracle, jobs: int, settings: Settings = SETTINGS) -> Search:
             running.remove(planned)
             search.forget(planned, 0)
         if running:
-            planned = running.pop(0)
+            planned = running.pop(-1 if newest_first else 0)
             search.record(_record(planned.multiplier, planned.purpose, oracle(planned),
                                   planned.clip))  # fmt: skip
     return search
@@ -282,6 +282,19 @@ def test_a_failure_at_the_same_step_for_every_multiplier_is_not_the_lr():
     assert search.lr_insensitive()
     assert search.recommended is None
     assert len(search.results) == 3  # x1, x1/2 and x1/1024 were enough to tell
+
+
+@pytest.mark.parametrize("jobs", [2, 4])
+def test_which_parallel_run_ends_first_does_not_change_the_runs_recorded(jobs):
+    # From step 0, x1/2 and x1/1024 run together. When x1/1024 ends first and fails like x1,
+    # x1/2 is still kept: one run at a time, it would have ended first. More jobs run more.
+    def oracle(planned):
+        return Verdict("diverged", "D1", "nan", failure_step=6)
+
+    one_at_a_time = _simulate(oracle, jobs=1)
+    racing = _simulate(oracle, jobs=jobs, newest_first=True)
+    assert set(one_at_a_time.results) <= set(racing.results)
+    assert not racing.stopped
 
 
 def test_a_nan_is_ruled_out_only_by_a_nan_at_the_smallest_multiplier():

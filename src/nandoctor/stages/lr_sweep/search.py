@@ -4,7 +4,10 @@ Halving: multipliers 1/2, 1/4, ... 1/2**halvings, in that order except that from
 smallest goes second, and from a rewind point it goes next once a candidate failed at about the
 step x1 did: if even it fails there, the learning rate is not the cause and the sweep ends
 early. Otherwise halving stops at `stable_in_a_row` consecutive stable runs; running
-candidates past that point can no longer change the answer and are stopped.
+candidates past that point can no longer change the answer and are stopped, unless they started
+before the run whose result settled it: a search running one candidate at a time would have
+finished them first, and what the sweep concludes from its runs (spikes at the same batches at
+several rates) must not depend on which of two parallel runs happened to end first.
 Refinement: geometric midpoints between the largest stable multiplier (every smaller one tested
 stable too) and the smallest failing one above it. Recommendation: that stable multiplier times
 a safety margin (1/sqrt 2 when refined and the horizon reached 1.5x the failure, else 1/2), or
@@ -139,6 +142,8 @@ class Search:
             order = [self.grid[0], self.grid[-1], *self.grid[1:-1]]
         self.queue: list[Planned] = [Planned(m, HALVING) for m in order]
         self.running: dict[str, Planned] = {}
+        self._started: dict[str, int] = {}  # key -> the order it was started in
+        self._last_recorded = -1  # the start order of the last halving run recorded
         self.results: dict[str, RunRecord] = {baseline.planned.key: baseline}
         self.stopped: list[tuple[Planned, int]] = []  # (run, steps it had done)
         self.stage = HALVING
@@ -161,6 +166,7 @@ class Search:
         while self.queue and len(started) < free:
             planned = self.queue.pop(0)
             self.running[planned.key] = planned
+            self._started[planned.key] = len(self._started)
             started.append(planned)
         return started
 
@@ -172,20 +178,24 @@ class Search:
             self._tighter_clip(record)
             return
         self.results[record.planned.key] = record
+        self._last_recorded = self._started.get(record.planned.key, -1)
         if self.stage == HALVING and self._fails_like_the_baseline(record):
             self._smallest_next()
         if self.stage == HALVING and self._halving_settled():
             self.queue = [p for p in self.queue if p.purpose != HALVING]
 
     def doomed(self) -> list[Planned]:
-        """Running candidates that can no longer change the answer."""
+        """Running candidates that can no longer change the answer and that started after the
+        run whose result said so."""
         if self.stage != HALVING:
             return []
         cut = len(self.grid) + 1 if not self._halving_settled() else 0
         streak_end = self._streak_end()
         if streak_end is not None:
             cut = min(cut, streak_end + 1)
-        return [p for p in self.running.values() if p.purpose == HALVING and self._index(p) >= cut]
+        return [p for p in self.running.values()
+                if p.purpose == HALVING and self._index(p) >= cut
+                and self._started.get(p.key, -1) > self._last_recorded]  # fmt: skip
 
     def forget(self, planned: Planned, steps_done: int) -> None:
         """A doomed run was stopped: keep it out of the results."""
