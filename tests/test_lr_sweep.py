@@ -351,6 +351,7 @@ def test_a_recurrent_model_gets_the_clip_experiment_and_it_leads_when_it_holds()
     by_category = {f.category: f for f in findings(search)}
     clip, rate = by_category["exploding_gradients"], by_category["learning_rate"]
     assert clip.confidence > rate.confidence and "recurrence of rnn" in clip.title
+    assert clip.code == "EG502"  # measured apart from the clips of other models
     # without a recurrence, a steady growth gets no clip experiment
     plain = _simulate(oracle, jobs=2)
     assert plain.clip_run is None

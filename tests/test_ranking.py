@@ -230,3 +230,16 @@ def test_data_leads_with_the_first_numpy_error_of_the_batch_that_failed():
     assert "entered torch at t.py:80" in moved.evidence[0]
     (kept,) = at_the_producing_line([data], errors[1:], failed_step=5)  # made after the failure
     assert kept.location.line == 80
+
+
+def test_the_script_s_own_clip_that_never_acted_names_the_line_of_a_clip_the_sweep_verified():
+    sweep = dataclasses.replace(
+        finding("exploding_gradients", 0.92, stage="lr_sweep", verified=True, line=40),
+        remedy={"kind": "clip_gradients", "max_norm": 1.0},
+    )
+    own = dataclasses.replace(finding("exploding_gradients", 0.5, stage="diagnosis", line=12),
+                              remedy={"kind": "clip_gradients", "max_norm": 5.0,
+                                      "script_clip": True})  # fmt: skip
+    [cause] = rank_causes([sweep, own])
+    assert cause.location == Location("t.py", 12)
+    assert cause.confidence == 0.92 and cause.verified_fix

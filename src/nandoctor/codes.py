@@ -342,6 +342,15 @@ _CODES = (
         "call commented out)",
     ),
     Code(
+        "EG502",
+        "lr_sweep",
+        "gradients explode through a recurrence: the run trains once they are clipped",
+        "as EG501, in a model whose weights are applied 8 or more times in a row to their own "
+        "output (torch's RNN/LSTM/GRU over a sequence, or a cell called step after step on "
+        "its hidden state): gradients through the chain are products of one Jacobian per "
+        "step, and clipping is the remedy even where a smaller rate also trains",
+    ),
+    Code(
         "EG503",
         "lr_sweep",
         "gradient spikes at the same batches at every learning rate: clipping keeps the rate",

@@ -354,12 +354,23 @@ def _learning_rate_suspect(growth: str, facts: RunFacts) -> Finding:
 
 def _merged(group: list[Finding]) -> Finding:
     """One finding per category: the strongest, with the others' evidence beside it."""
-    best = group[0]
+    best = _the_script_s_own_clip(group)
     evidence = list(best.evidence)
     for other in group[1:]:
         evidence += [f"[{other.stage}] {line}" for line in other.evidence if line not in evidence]
     verified = True if any(f.verified_fix for f in group) else best.verified_fix
     return dataclasses.replace(best, evidence=tuple(evidence), verified_fix=verified)
+
+
+def _the_script_s_own_clip(group: list[Finding]) -> Finding:
+    """A clip the sweep found to train, and a clip the script already calls that never acted
+    (EG603), are one cause: the fix is the script's own call, so that finding leads its
+    category, with the strongest confidence of the group."""
+    best = group[0]
+    own = next((f for f in group if (f.remedy or {}).get("script_clip")), None)
+    if own is None or own is best or (best.remedy or {}).get("kind") != "clip_gradients":
+        return best
+    return dataclasses.replace(own, confidence=max(own.confidence, best.confidence))
 
 
 def _order(finding: Finding) -> tuple:

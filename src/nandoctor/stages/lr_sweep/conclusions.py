@@ -390,7 +390,9 @@ def _clip_finding(search: Search, clip: RunRecord) -> Finding:
             "trains_at_the_rate": same(m, 1.0)
             and progress(clip.losses) > search.settings.stall_progress,
         },
-        code="EG501",
+        # The recurrence claim is a code of its own: how often it is right is measured apart
+        # from the clips that also helped elsewhere (codes.measured_confidence).
+        code="EG501" if recurrent is None else "EG502",
     )
 
 
