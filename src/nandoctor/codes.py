@@ -389,6 +389,17 @@ _CODES = (
         ("clip_consumed_generator.py", "clip_before_backward_closure.py"),
     ),
     Code(
+        "EG604",
+        "diagnosis",
+        "gradients explode through a recurrence in a script that updates by hand",
+        "a model applies the same weights 8 or more times in a row to their own output, its "
+        "gradient norm rose 100x above its level of the first third of the run before the "
+        "failure, and the script updates its parameters itself (no optimizer for a sweep to "
+        "scale) and clips nothing; a cause when its re-run, clipping after each backward "
+        "pass, trains (recurrence.py)",
+        ("hand_updated_char_rnn.py",),
+    ),
+    Code(
         "LR601",
         "diagnosis",
         "the run diverged before it produced NaN/Inf",

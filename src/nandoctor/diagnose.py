@@ -36,6 +36,7 @@ from nandoctor.ranking import (
     at_the_written_value,
     rank_causes,
 )
+from nandoctor.recurrence import hand_updated_recurrence_finding
 from nandoctor.report.model import Location, Report, StageResult
 from nandoctor.rewind import FROM_THE_START, Start, live_points, release, start_for
 from nandoctor.runner import (
@@ -355,6 +356,8 @@ def diagnose(
         findings += settings_findings(watch.all("optimizer"))
         findings += line_search_findings(watch.all("optimizer"), watch.nonfinite is not None)
         findings += ineffective_clip_findings(watch.all("gradient_clip"), watch.failed_step)
+        if recurrence := hand_updated_recurrence_finding(watch, config.lr_sweep):
+            findings.append(recurrence)
         sweep = context.earlier.get("lr_sweep")
         rate_ruled_out = rules_out_the_rate(sweep.result if sweep else None)
         if rate_ruled_out:
