@@ -601,6 +601,17 @@ def test_a_precision_cause_made_by_autocast_leads_with_the_autocast_line(nandoct
     assert any("inside the autocast region entered at" in e for e in cause["evidence"])
 
 
+def test_an_autocast_dtype_named_elsewhere_leads_with_where_it_is_written(nandoctor, no_verify):
+    script = "autocast_dtype_named.py"
+    result = nandoctor("run", script, "--stages", "anomaly,device_compare", *no_verify)
+    assert result.exit_code == 1
+    cause = result.report["causes"][0]
+    assert cause["category"] == "precision"
+    assert cause["location"]["line"] == line_of(script, "# fix here")
+    entered = line_of(script, "with torch.autocast(")
+    assert any("region is entered at" in e and f":{entered}" in e for e in cause["evidence"])
+
+
 def test_a_precision_chosen_by_an_option_leads_with_that_option(nandoctor, no_verify):
     # `--precision` defaults to "16-true" and the script casts its model to float16 for it: that
     # default is what the user edits; the op that overflowed stays as evidence.

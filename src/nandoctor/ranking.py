@@ -439,8 +439,11 @@ def at_the_precision_setting(
     the script enters itself is its own line (apply_causal_rules), and an optimizer eps that
     rounds to zero is fixed at the eps, a formula the dtype breaks at the formula."""
     moves = [f.category == "precision" and f.code not in _FIXED_AT_THE_EPS for f in findings]
-    if not any(moves) or _chosen_in_script(facts.autocast) or facts.dtype_breaks_the_formula:
+    if not any(moves) or facts.dtype_breaks_the_formula:
         return findings
+    if _chosen_in_script(facts.autocast):
+        return [_at_the_autocast_dtype(f, facts.autocast, script_args) if move else f
+                for f, move in zip(findings, moves, strict=True)]  # fmt: skip
     setting = precision_setting(script, tuple(script_args))
     if setting is None:
         return findings
@@ -450,6 +453,19 @@ def at_the_precision_setting(
 
 
 _FIXED_AT_THE_EPS = ("PR102",)
+
+
+def _at_the_autocast_dtype(finding: Finding, autocast: dict, script_args) -> Finding:
+    """An autocast region the script enters with a dtype named elsewhere (`dtype=AMP_DTYPE`,
+    `dtype=args.amp_dtype`, `dtype=cfg["dtype"]`) is changed where that name is written."""
+    entered = Location.from_dict(autocast.get("location"))
+    if entered is None or finding.location != entered or entered.line is None:
+        return finding
+    written = where_written(entered.file, entered.line, "dtype", script_args)
+    if written is None or written.line == entered.line:
+        return finding
+    return _at_the_setting(finding, entered.file, written, "the autocast dtype is written",
+                           "the autocast region is entered at")  # fmt: skip
 
 
 def _chosen_in_script(autocast: dict | None) -> bool:

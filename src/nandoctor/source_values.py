@@ -39,9 +39,9 @@ def where_written(file: str, call_line: int, keyword: str, script_args=()) -> Wr
                 return None
             value = assigned
             continue
-        if isinstance(value, (ast.Attribute, ast.Subscript)):
+        if isinstance(value, (ast.Attribute, ast.Subscript)) and not _torch_constant(value):
             return _option_or_entry(tree, lines, value, script_args)
-        # a number, or an expression computed on this line (`base_lr * world_size`)
+        # a torch constant (`torch.float16`), a number, or an expression computed on this line (`base_lr * world_size`)
         return _at(value, lines, "the call" if value.lineno in in_call else "an assignment")
     return None
 
@@ -351,6 +351,15 @@ def _is_literal(node: ast.AST) -> bool:
     if isinstance(node, ast.BinOp):
         return _is_literal(node.left) and _is_literal(node.right)
     return False
+
+
+def _torch_constant(node: ast.AST) -> bool:
+    """`torch.float16`, `torch.bfloat16`: a value written as it is, not a setting read."""
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "torch"
+    )
 
 
 def _last_assignment(tree: ast.AST, name: str, before: int) -> ast.AST | None:
