@@ -41,7 +41,8 @@ def where_written(file: str, call_line: int, keyword: str, script_args=()) -> Wr
             continue
         if isinstance(value, (ast.Attribute, ast.Subscript)) and not _torch_constant(value):
             return _option_or_entry(tree, lines, value, script_args)
-        # a torch constant (`torch.float16`), a number, or an expression computed on this line (`base_lr * world_size`)
+        # a torch constant (`torch.float16`), a number, or an expression computed on this line
+        # (`base_lr * world_size`)
         return _at(value, lines, "the call" if value.lineno in in_call else "an assignment")
     return None
 
