@@ -26,7 +26,7 @@ def hand_updated_recurrence_finding(watch: RunOutcome, settings) -> Finding | No
     None. `settings`: the sweep's (lr_sweep.Settings), whose rules pick the clip value."""
     failed = watch.failed_step
     recurrent = watch.first("recurrent")
-    if failed is None or recurrent is None or watch.all("optimizer") or not watch.steps:
+    if failed is None or recurrent is None or not watch.updates_by_hand:
         return None
     if watch.all("gradient_clip"):
         return None  # the script clips already: a clip that acted is no remedy, one that

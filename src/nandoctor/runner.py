@@ -63,6 +63,12 @@ class RunOutcome:
         return self.all("step")
 
     @property
+    def updates_by_hand(self) -> bool:
+        """Steps were taken but no torch.optim optimizer was built: the script updates its
+        parameters itself (`p.data.add_(p.grad, alpha=-lr)`), one step per backward pass."""
+        return bool(self.steps) and not self.all("optimizer")
+
+    @property
     def losses(self) -> list[float | None]:
         """The loss of each step (None where the step recorded none)."""
         return [s.get("loss") for s in self.steps]

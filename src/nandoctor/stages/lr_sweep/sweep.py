@@ -42,7 +42,7 @@ class Plan:
 
 def skip_reason(watch: RunOutcome, timeout_s: float) -> str | None:
     """Why the learning rate cannot be the cause, or why there is nothing to sweep against."""
-    if watch.steps and not watch.all("optimizer"):
+    if watch.updates_by_hand:
         return (
             "no torch.optim optimizer was built: the script updates its parameters itself, so "
             "its learning rate lives in its own code and cannot be scaled from outside"
