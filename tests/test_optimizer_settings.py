@@ -60,14 +60,42 @@ def test_the_value_is_traced_from_the_call_to_where_it_is_written(tmp_path):
         b = torch.optim.SGD([], lr=args.learning_rate)
         c = torch.optim.SGD([], lr=config["lr"])
         d = torch.optim.SGD([], lr=BASE_LR)
+        parser.add_argument("--base-lr", type=float, default=BASE_LR)
+        e = torch.optim.SGD([], lr=parser.parse_args().base_lr)
     """)
     )
+    assert where_written(str(script), 13, "lr").line == 2  # the constant the default names
     assert where_written(str(script), 8, "lr").line == 7
     assert where_written(str(script), 9, "lr").line == 4
     assert where_written(str(script), 9, "lr", ("--learning-rate", "1")).how == "the command line"
     assert where_written(str(script), 10, "lr").line == 6
     assert where_written(str(script), 11, "lr").line == 2
     assert where_written(str(script), 11, "momentum") is None
+
+
+def test_a_rate_read_from_a_schedule_in_a_config_is_traced_to_its_entry(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""\
+        import torch
+        cfg = {
+            "optim": {"rates": [0.2, 0.02]},
+            "learning_rate": {0: 0.5, 10: 0.05},
+        }
+        class Model:
+            def __init__(self):
+                self.cfg = cfg
+            def optimizers(self, epoch):
+                rates = self.cfg["learning_rate"]
+                a = torch.optim.SGD([], lr=rates[0])
+                b = torch.optim.SGD([], lr=cfg["optim"]["rates"][-1])
+                c = torch.optim.SGD([], lr=rates[epoch])
+    """)
+    )
+    assert where_written(str(script), 11, "lr").line == 4
+    assert where_written(str(script), 12, "lr").line == 3
+    # which entry `rates[epoch]` reads is decided at run time
+    assert where_written(str(script), 13, "lr") is None
 
 
 def test_an_option_with_two_names_is_stored_under_its_first_long_one(tmp_path):

@@ -88,17 +88,85 @@ def _option_or_entry(tree, lines, value, script_args) -> WrittenAt | None:
     """`args.lr` -> its argparse default (unless the command line gave it); `config["lr"]` or
     `config.lr` -> the dict entry or keyword that holds it."""
     name = _attribute_or_key(value)
-    if name is None:
-        return None
-    option = _argparse_option(tree, name)
+    option = _argparse_option(tree, name) if name is not None else None
     if option is not None:
         flags, node = option
         if _given_on_command_line(flags, script_args):
             return WrittenAt(0, " ".join(script_args), "the command line")
         default = next((k.value for k in node.keywords if k.arg == "default"), node)
+        if (constant := _constant_behind(tree, default)) is not None:
+            return _at(constant, lines, "an assignment")  # `default=LR_DEFAULT`
         return _at(default, lines, "an argparse default")
-    entry = _dict_entry(tree, name)
+    # `rates[0]`, `cfg["lr"][-1]`: an entry of a schedule, or of a config nested in another
+    entry = (_dict_entry(tree, name) if name is not None else None) or _nested_entry(
+        tree, _key_path(tree, value)
+    )
     return _at(entry, lines, "a config entry") if entry is not None else None
+
+
+def _constant_behind(tree: ast.AST, value: ast.AST) -> ast.AST | None:
+    """The number a name stands for (`LR_DEFAULT = 0.1`), through names assigned from names;
+    None for anything else."""
+    for _ in range(_MAX_HOPS):
+        if not isinstance(value, ast.Name):
+            return None
+        value = _last_assignment(tree, value.id, value.lineno)
+        if value is not None and _is_literal(value):
+            return value
+    return None
+
+
+def _key_path(tree: ast.AST, value: ast.AST) -> list:
+    """The keys and attributes `value` reads, outermost first, through names assigned from a
+    read: `lr_dict[0]` after `lr_dict = self.cfg["learning_rate"]` -> ["cfg", "learning_rate",
+    0]."""
+    keys: list = []
+    for _ in range(_MAX_HOPS):
+        while isinstance(value, (ast.Subscript, ast.Attribute)):
+            if isinstance(value, ast.Attribute):
+                keys.append(value.attr)
+            else:
+                try:  # `["lr"]`, `[0]`, `[-1]`
+                    keys.append(ast.literal_eval(value.slice))
+                except ValueError:
+                    return []  # `rates[epoch]`: which entry is read is not in the source
+            value = value.value
+        if not isinstance(value, ast.Name):
+            break
+        value = _last_assignment(tree, value.id, value.lineno)
+        if not isinstance(value, (ast.Subscript, ast.Attribute)):
+            break
+    return keys[::-1]
+
+
+def _nested_entry(tree: ast.AST, keys: list) -> ast.AST | None:
+    """The number a path of keys reaches in nested literals: ("learning_rate", 0) in
+    `{"learning_rate": {0: 0.2}}` or `{"lr": [0.1, 0.01]}`. The longest tail of the path that
+    names an entry wins (the head may be the attribute that holds the dict, `self.cfg`)."""
+    for start in range(len(keys) - 1):
+        first, rest = keys[start], keys[start + 1 :]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Dict):
+                continue
+            for key, entry in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == first:
+                    found = _descend(entry, rest)
+                    if found is not None:
+                        return found
+    return None
+
+
+def _descend(node: ast.AST | None, keys: list) -> ast.AST | None:
+    for key in keys:
+        if isinstance(node, ast.Dict):
+            node = next((v for k, v in zip(node.keys, node.values, strict=True)
+                         if isinstance(k, ast.Constant) and k.value == key), None)  # fmt: skip
+        elif (isinstance(node, (ast.List, ast.Tuple)) and isinstance(key, int)
+              and -len(node.elts) <= key < len(node.elts)):  # fmt: skip
+            node = node.elts[key]
+        else:
+            return None
+    return node if node is not None and _is_literal(node) else None
 
 
 # Names a gradient-clipping setting goes by: `grad_clip`, `clip_grad_norm`, `gradient_clip_val`
