@@ -181,6 +181,16 @@ def test_a_gradient_norm_growing_by_orders_of_magnitude_is_u3():
     assert (verdict.verdict, verdict.reason) == ("unstable", "U3")
 
 
+def test_a_clipped_run_is_judged_by_its_loss_not_its_gradient_norm_before_the_clip():
+    # A recurrence whose gradient keeps growing while the clip bounds every update: the
+    # loss falling is what says it trains.
+    losses = [1.0 / (1 + 0.05 * t) for t in range(40)]
+    grads = [1.2**t for t in range(40)]
+    assert _verdict(losses, grads, clipped=True).verdict == "stable"
+    blowing_up = [1.0] * 10 + [2.0**t for t in range(30)]
+    assert _verdict(blowing_up, grads, clipped=True).failing
+
+
 def test_a_grad_scaler_that_keeps_skipping_is_u4():
     losses = [1.0 / (1 + 0.05 * t) for t in range(40)]
     assert _verdict(losses, skipped_steps=5).reason == "U4"

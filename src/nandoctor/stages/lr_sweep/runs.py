@@ -212,6 +212,7 @@ def record_from(
             nonfinite_step=nonfinite["step"] - first_step if nonfinite else None,
             skipped_steps=sum(1 for e in amp if e["skipped"]),
             min_scale=min((e["scale"] for e in amp), default=None),
+            clipped=planned.clip is not None,
         )
     if verdict.failure_step is not None:
         verdict = dataclasses.replace(verdict, failure_step=verdict.failure_step + first_step)

@@ -27,7 +27,9 @@ the first k0 = min(5, H/10) losses, or the very first loss (taken before any upd
   `runaway_sigmas` sigmas of the minibatch noise.
 - U3 unstable: the gradient norm of the last quarter is `grad_growth_factor` (10) x that of the
   first quarter, or `grad_spikes` (3) gradient-norm spikes (6 sigmas and 3x the level; more
-  on long runs, as for U1).
+  on long runs, as for U1). Not in a run whose gradients the sweep clipped: the norm is
+  recorded before the clip, which bounds what the update takes of it, so only the loss tells
+  whether that run trains.
 - U4 unstable: a GradScaler skipped more than max(`scaler_min_skips`, `scaler_skip_fraction`
   x steps) steps after `scaler_calibration_steps`, or its scale fell below 1.
 """
@@ -152,6 +154,7 @@ def classify(
     nonfinite_step: int | None = None,
     skipped_steps: int = 0,
     min_scale: float | None = None,
+    clipped: bool = False,
 ) -> Verdict:
     """The verdict of one (possibly partial) run; every rule is documented in the module."""
     if nonfinite_step is not None:
@@ -170,7 +173,7 @@ def classify(
             verdict.reason == "D2" and _recovered(values, settings, horizon)
         ):
             return verdict
-    verdict = _gradient_rules(grads, settings) or _scaler_rules(
+    verdict = (None if clipped else _gradient_rules(grads, settings)) or _scaler_rules(
         len(values), skipped_steps, min_scale, settings
     )
     if verdict is not None:
