@@ -148,19 +148,22 @@ def _nested_entry(tree: ast.AST, keys: list) -> ast.AST | None:
         for node in ast.walk(tree):
             if not isinstance(node, ast.Dict):
                 continue
-            for key, entry in zip(node.keys, node.values, strict=True):
-                if isinstance(key, ast.Constant) and key.value == first:
-                    found = _descend(entry, rest)
-                    if found is not None:
-                        return found
+            for entry in _values_under(node, first):
+                if (found := _descend(entry, rest)) is not None:
+                    return found
     return None
+
+
+def _values_under(node: ast.Dict, key) -> list[ast.AST]:
+    """The values of `key: v` in one dict literal."""
+    return [v for k, v in zip(node.keys, node.values, strict=True)
+            if isinstance(k, ast.Constant) and k.value == key]  # fmt: skip
 
 
 def _descend(node: ast.AST | None, keys: list) -> ast.AST | None:
     for key in keys:
         if isinstance(node, ast.Dict):
-            node = next((v for k, v in zip(node.keys, node.values, strict=True)
-                         if isinstance(k, ast.Constant) and k.value == key), None)  # fmt: skip
+            node = next(iter(_values_under(node, key)), None)
         elif (isinstance(node, (ast.List, ast.Tuple)) and isinstance(key, int)
               and -len(node.elts) <= key < len(node.elts)):  # fmt: skip
             node = node.elts[key]
@@ -480,8 +483,8 @@ def _dict_entry(tree: ast.AST, key: str) -> ast.AST | None:
     """The value of `"key": v` in a dict literal or of `key=v` in a `dict(...)` call."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
-            for k, v in zip(node.keys, node.values, strict=True):
-                if isinstance(k, ast.Constant) and k.value == key and _is_literal(v):
+            for v in _values_under(node, key):
+                if _is_literal(v):
                     return v
         if (
             isinstance(node, ast.Call)
