@@ -233,34 +233,44 @@ def apply_verified_rules(
     whose loss falls as far as at a smaller rate (the spikes), or the inputs standardized
     (their scale). A smaller learning rate that also helps only
     postpones the step that reaches the op's edge, or shrinks every step to shrink the rare
-    huge ones. `clip_off`: the script's own clipping setting, when it switches clipping off
-    (`grad_clip=None`, `--clip 0`); clipping that trains at the original rate then leads:
-    the script provides the remedy for its rate, and it is off."""
-    if any(_guard_held(f) for f in findings):
-        reason = ("a guard of the failing op trains at the original learning rate: the "
-                  "formula, not the learning rate, is what to fix")  # fmt: skip
-    elif any(_float32_held(f) for f in findings):
-        reason = ("the same run in float32 trains at the original learning rate: the reduced "
-                  "precision, not the learning rate, is what to fix")  # fmt: skip
-    elif any(_clip_kept_the_rate(f) for f in findings):
-        reason = ("gradient clipping trains at the original learning rate as well as a smaller "
-                  "rate does: the gradient spikes, not the rate, are what to fix")  # fmt: skip
-    elif clip_off is not None and (held := [f for f in findings if _clip_trains_at_the_rate(f)]):
-        # The clip's own confidence is low when it acted on most steps (a smaller step size by
-        # another name): the rate it explains is kept below it.
-        reason = (f"the script's own gradient clipping is switched off (line {clip_off.line}: "
-                  f"`{clip_off.code}`) and clipping trains at the original learning rate: "
-                  "switching it on, not a smaller rate, is what to fix")  # fmt: skip
-        return _learning_rate_kept_below(findings, held, reason)
-    elif held := [f for f in findings if _standardizing_held(f)]:
-        # A data finding's confidence is low on its own (most large inputs are fine): the rate
-        # it explains is kept below it.
-        reason = ("the same inputs standardized train at the original learning rate: their "
-                  "scale, not the rate, is what to fix")  # fmt: skip
-        return _learning_rate_kept_below(findings, held, reason)
-    else:
+    huge ones: it is ranked below the fix that held, whatever confidence each started with,
+    so that the order never contradicts the reason the report gives. `clip_off`: the
+    script's own clipping setting, when it switches clipping off (`grad_clip=None`,
+    `--clip 0`); clipping that trains at the original rate then leads: the script provides
+    the remedy for its rate, and it is off."""
+    held, reason = _held_at_the_rate(findings, clip_off)
+    if not held:
         return findings
-    return _learning_rate_discounted(findings, reason)
+    return _learning_rate_kept_below(findings, held, reason)
+
+
+def _held_at_the_rate(
+    findings: list[Finding], clip_off: WrittenAt | None
+) -> tuple[list[Finding], str]:
+    """The findings whose verified fix trains at the original learning rate, and why that
+    puts the rate below them; the first kind that held, in the order of the checks."""
+    if held := [f for f in findings if _guard_held(f)]:
+        return held, ("a guard of the failing op trains at the original learning rate: the "
+                      "formula, not the learning rate, is what to fix")  # fmt: skip
+    if held := [f for f in findings if _float32_held(f)]:
+        return held, ("the same run in float32 trains at the original learning rate: the "
+                      "reduced precision, not the learning rate, is what to fix")  # fmt: skip
+    if held := [f for f in findings if _clip_kept_the_rate(f)]:
+        return held, ("gradient clipping trains at the original learning rate as well as a "
+                      "smaller rate does: the gradient spikes, not the rate, are what to "
+                      "fix")  # fmt: skip
+    if clip_off is not None and (held := [f for f in findings if _clip_trains_at_the_rate(f)]):
+        # The clip's own confidence is low when it acted on most steps (a smaller step size by
+        # another name): with the script's own clip switched off, it still leads the rate.
+        return held, (f"the script's own gradient clipping is switched off (line "
+                      f"{clip_off.line}: `{clip_off.code}`) and clipping trains at the "
+                      "original learning rate: switching it on, not a smaller rate, is what "
+                      "to fix")  # fmt: skip
+    if held := [f for f in findings if _standardizing_held(f)]:
+        # A data finding's confidence is low on its own (most large inputs are fine).
+        return held, ("the same inputs standardized train at the original learning rate: "
+                      "their scale, not the rate, is what to fix")  # fmt: skip
+    return [], ""
 
 
 def _learning_rate_kept_below(
