@@ -4,6 +4,7 @@ untouched, nothing is left running, and a point that cannot be taken falls back 
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
@@ -21,14 +22,21 @@ pytestmark = pytest.mark.skipif(
 FAST_POINTS = "rewind:\n  min_interval_s: 0.05\n"
 
 
-def _diagnose(request, tmp_path: Path, script: str, *script_args: str, config: str = FAST_POINTS):
+def _diagnose(
+    request,
+    tmp_path: Path,
+    script: str,
+    *script_args: str,
+    config: str = FAST_POINTS,
+    options: tuple[str, ...] = (),
+):
     config_path = tmp_path / "config.yaml"
     config_path.write_text(config)
     # nandoctor's own temp folder: its processes name it. A short path: DataLoader workers
     # hand tensors over through a Unix socket in the temp folder, whose path has a length limit.
     temp = Path(tempfile.mkdtemp(prefix="nd-", dir="/tmp"))
     request.addfinalizer(lambda: shutil.rmtree(temp, ignore_errors=True))
-    result = run_cli("run", str(SCRIPTS / script), "--config", str(config_path), "--",
+    result = run_cli("run", str(SCRIPTS / script), "--config", str(config_path), *options, "--",
                      *script_args, json_path=tmp_path / "report.json", cwd=tmp_path,
                      env={"TMPDIR": str(temp)})  # fmt: skip
     return result, temp
@@ -114,6 +122,44 @@ def test_with_points_switched_off_every_rerun_starts_from_step_0(request, tmp_pa
     assert report["run"]["reruns"] and all(r["from_step"] == 0 for r in report["run"]["reruns"])
     assert report["causes"][0]["category"] == "data"
     assert report["first_nonfinite"]["step"] == 300
+
+
+def _first(path: Path, kind: str) -> dict:
+    return next(e for e in map(json.loads, path.read_text().splitlines()) if e["event"] == kind)
+
+
+def _run_parents(workdir: Path) -> dict[str, int]:
+    """Each run's parent process, by run name, from its `start` event."""
+    return {path.name.removesuffix(".events.jsonl"): _first(path, "start")["parent"]
+            for path in workdir.rglob("*.events.jsonl")}  # fmt: skip
+
+
+def test_reruns_from_step_0_fork_from_a_copy_taken_before_the_script_ran(request, tmp_path):
+    # AdamW's weight decay blows the run up at step 15, before any point 20 steps ahead of it:
+    # the sweep's candidates and the fix's re-run (its optimizer rebuilt) start from step 0
+    result, temp = _diagnose(request, tmp_path, "adamw_decay_typo.py",
+                             options=("--keep-workdir",))  # fmt: skip
+    assert result.exit_code == 1, result.stdout + result.stderr
+    report = result.report
+    top = report["causes"][0]
+    assert (top["category"], top["verified_fix"]) == ("optimizer_config", True)
+    workdir = next(temp.glob("nandoctor-*"))
+    copy = _first(workdir / "watch.events.jsonl", "fresh_starts")["pid"]
+    from_step_0 = [r["run"] for r in report["run"]["reruns"] if r["from_step"] == 0]
+    assert "verify-0" in from_step_0 and any(n.startswith("lr_sweep-") for n in from_step_0)
+    parents = _run_parents(workdir)
+    assert all(parents[name] == copy for name in from_step_0)
+    assert _none_left(temp)
+
+    # switched off, each starts as a new interpreter, and the verdict is the same
+    result, temp = _diagnose(request, tmp_path, "adamw_decay_typo.py",
+                             config="rewind:\n  fresh_starts: false\n",
+                             options=("--keep-workdir", "--stages", "anomaly"))  # fmt: skip
+    top = result.report["causes"][0]
+    assert (top["category"], top["verified_fix"]) == ("optimizer_config", True)
+    workdir = next(temp.glob("nandoctor-*"))
+    assert "fresh_starts" not in (workdir / "watch.events.jsonl").read_text()
+    assert _run_parents(workdir)["verify-0"] != copy
 
 
 _OPEN_FILES = """

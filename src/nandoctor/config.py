@@ -70,6 +70,9 @@ class RewindSettings:
     # from it asks what a smaller rate or a clip does to a healthy state, not to weights (and
     # momentum) already thrown out of range.
     runaway_factor: float = 3.0
+    # Re-runs from step 0 are forked from a copy of the watched run taken before the script
+    # ran (torch imported, nothing else done) instead of starting a new interpreter.
+    fresh_starts: bool = True
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,14 @@ from nandoctor.ranking import (
 )
 from nandoctor.recurrence import hand_updated_recurrence_finding
 from nandoctor.report.model import Location, Report, StageResult
-from nandoctor.rewind import FROM_THE_START, Start, live_points, release, start_for
+from nandoctor.rewind import (
+    FROM_THE_START,
+    Start,
+    live_points,
+    offer_fresh_starts,
+    release,
+    start_for,
+)
 from nandoctor.runner import (
     RunOutcome,
     read_rerun_log,
@@ -76,6 +83,7 @@ def watch_script(
     options = _watch_options(target, config, probes or [], detect=always)
     watch = run_child(options, workdir, timeout_s=config.watch.timeout_s, on_event=on_event,
                       show_output=show_output, name="watch")  # fmt: skip
+    offer_fresh_starts(watch.events)
     failure = watch.nonfinite
     if always or failure is None:
         return watch

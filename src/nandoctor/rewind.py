@@ -74,10 +74,31 @@ def start_for(events: list[dict], latest: int, lead: int = 0) -> Start:
 
 
 def release(events: list[dict]) -> None:
-    """End the points the watched run left: nothing will resume from them."""
-    for point in live_points(events):
+    """End the points the watched run left, and its copy for fresh starts: nothing will
+    resume from them."""
+    global _fresh_starts
+    copies = [e for e in events if e["event"] == "fresh_starts"]
+    for pid in [point.pid for point in live_points(events)] + [e["pid"] for e in copies]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(point.pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM)
+    _fresh_starts = None
+
+
+# The watched run's copy taken before its script ran (child/rewind.py, `offer_fresh_starts`):
+# re-runs from step 0 of this diagnosis fork from it until `release`. One diagnosis at a time
+# per process, as the CLI and the API run them.
+_fresh_starts: RewindPoint | None = None
+
+
+def offer_fresh_starts(events: list[dict]) -> None:
+    """Re-runs from step 0 start from the watched run's copy, if it left one."""
+    global _fresh_starts
+    copy = next((e for e in events if e["event"] == "fresh_starts"), None)
+    _fresh_starts = RewindPoint(0, copy["pid"], copy["socket"]) if copy else None
+
+
+def fresh_start_copy() -> RewindPoint | None:
+    return _fresh_starts
 
 
 class RewoundProcess:

@@ -18,7 +18,7 @@ import nandoctor
 from nandoctor import interrupts
 from nandoctor.child.events import first_event, rank_events_path, read_events
 from nandoctor.child.options import USER_ENVIRONMENT, ChildOptions
-from nandoctor.rewind import RewoundProcess, Start
+from nandoctor.rewind import RewoundProcess, Start, fresh_start_copy
 
 if TYPE_CHECKING:
     from nandoctor.config import Config
@@ -231,13 +231,20 @@ def run_child(
 
 def _launch(options, options_path, log_path, start, show_output, log, env):
     """The child process, resumed from `start`'s rewind point when it has one (step 0 when the
-    point does not answer), else started afresh; and where it really started."""
+    point does not answer), else from step 0: forked from the watched run's copy taken before
+    its script ran when it left one, else a new interpreter; and where it really started."""
     if start is not None and start.point is not None:
         try:
             return RewoundProcess(start.point, options_path, log_path), start
         except OSError as error:
             start = Start(None, f"from step 0: the rewind point at step {start.point.step} did "
                                 f"not answer ({error or type(error).__name__})")  # fmt: skip
+    copy = fresh_start_copy()
+    if copy is not None and env is None and not show_output and options.nproc_per_node <= 1:
+        # a run from step 0 forked from the watched run's copy taken before its script ran:
+        # the same interpreter, torch already imported; started afresh when it does not answer
+        with contextlib.suppress(OSError):
+            return RewoundProcess(copy, options_path, log_path), start
     sink = None if show_output else log
     process = subprocess.Popen(
         _launch_command(options, options_path),

@@ -22,7 +22,14 @@ def main() -> None:
     die_with_parent()  # nandoctor killed outright (SIGKILL) takes its runs along
     _restore_user_environment()
     options = ChildOptions.load(sys.argv[1])
+    fresh_starts = None
+    if options.rewind and options.rewind.get("fresh_starts"):
+        from nandoctor.child.rewind import offer_fresh_starts
+
+        options, fresh_starts = offer_fresh_starts(options)
     events = EventWriter(options.events_path_of_this_process())
+    if fresh_starts is not None:
+        events.emit("fresh_starts", **fresh_starts)
     try:
         session = _instrument(options, events)
     except Exception as error:  # nandoctor's own failure: say so, run nothing half-instrumented
@@ -91,7 +98,8 @@ def announce_start(events: EventWriter, options: ChildOptions, cuda: bool, **fie
     """The run's first event: which process it is, and what it checks."""
     import torch
 
-    events.emit("start", pid=os.getpid(), torch=torch.__version__, python=platform.python_version(),
+    events.emit("start", pid=os.getpid(), parent=os.getppid(), torch=torch.__version__,
+                python=platform.python_version(),
                 cuda=cuda, detect=options.detect, rank=_env_int("RANK"),
                 world_size=_env_int("WORLD_SIZE"), **fields)  # fmt: skip
 

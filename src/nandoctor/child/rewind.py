@@ -24,6 +24,10 @@ or a clip can still be tried on a healthy state. A point costs the memory
 the watched run rewrites after the fork (copy on write): about one copy of parameters,
 optimizer state and activations.
 
+Fresh starts: before the script runs, the watched run leaves one more copy of itself (torch and
+nandoctor imported, nothing else done) that serves re-runs from step 0 the same way, so that
+they do not start a new interpreter and import torch again.
+
 Files: a resumed run writes into its scratch folder (instrument/files.py), and files the script
 already held open for writing get private copies in that folder, at the same offset, so the
 user's log or CSV is not appended to by a re-run.
@@ -186,7 +190,7 @@ def fork_unsafe_reason(session, own: set[int] = frozenset()) -> str | None:
 
     from nandoctor.instrument.tensors import process_group_initialized
 
-    if children := [pid for pid in _child_processes() if pid not in own]:
+    if children := [pid for pid in _child_processes() if pid not in own | _fresh_start_copies]:
         return (f"the script has child processes ({len(children)}, e.g. DataLoader workers): "
                 "a fork cannot take them along")  # fmt: skip
     others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
@@ -212,9 +216,10 @@ def _child_processes() -> list[int]:
 
 
 # ---- the point ------------------------------------------------------------------------------
-def _serve(listener: socket.socket, launcher: int) -> dict:
+def _serve(listener: socket.socket, launcher: int, before_the_first=None) -> dict:
     """Wait for re-run requests; fork one process per request and report how it ended. Returns
-    (in the forked process only) the request it is to run."""
+    (in the forked process only) the request it is to run. `before_the_first`: called once,
+    when the first request has arrived (work a run that ends healthy should not pay for)."""
     os.setsid()  # signals for the watched run's process group are not for the point
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -240,6 +245,9 @@ def _serve(listener: socket.socket, launcher: int) -> dict:
             if request is None:
                 ready.close()
                 continue
+            if before_the_first is not None:
+                before_the_first()
+                before_the_first = None
             pid = os.fork()
             if pid == 0:
                 listener.close()
@@ -311,6 +319,70 @@ def _reap(running: dict[int, socket.socket]) -> None:
 def _restore_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# ---- the fresh start ------------------------------------------------------------------------
+_fresh_start_copies: set[int] = set()  # the copy left before the script ran: not the script's
+_ACCELERATOR_DEVICES = ("/dev/nvidiactl", "/dev/kfd")  # an NVIDIA or an AMD GPU's driver
+
+
+def offer_fresh_starts(options: ChildOptions) -> tuple[ChildOptions, dict | None]:
+    """Before the script runs, the watched run leaves a copy of itself that has imported torch
+    and nandoctor and done nothing else; a re-run from step 0 is forked from it rather than
+    started as a new interpreter, which would spend a second or more importing torch again.
+    No op has run yet, so OpenMP's pool does not exist and the fork may use every thread.
+
+    Returns, in the watched run, its own options and the copy to announce (or None when no
+    copy could be left); in a re-run forked from the copy, that re-run's options and None."""
+    import torch  # noqa: F401  (what the copy is for: imported once, here)
+
+    import nandoctor.child.session  # noqa: F401  (and everything a run instruments torch with)
+
+    if threading.active_count() > 1 or _child_processes():
+        return options, None  # a fork would copy their locks but not them
+    if any(os.path.exists(device) for device in _ACCELERATOR_DEVICES):
+        # A GPU driver touched before a fork (torch.cuda.is_available() can be enough) may
+        # not initialize in the forked run: there, re-runs start as new processes.
+        return options, None
+    launcher = os.getppid()  # the nandoctor process: the copy ends when it is gone
+    name = f"nandoctor-{os.getpid()}-start-{secrets.token_hex(8)}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind("\0" + name)
+        listener.listen(16)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+    except OSError:
+        listener.close()
+        return options, None
+    if pid == 0:  # the copy: serves until a re-run asks; returns only in that re-run
+        request = _serve(listener, launcher, before_the_first=_import_ahead)
+        return _become_fresh_run(request), None
+    listener.close()
+    _fresh_start_copies.add(pid)
+    return options, {"pid": pid, "socket": name}
+
+
+def _import_ahead() -> None:
+    """In the copy, before its first run: what nearly every run imports on its own, so that
+    each run forked from it need not (torch.optim's first step imports torch._dynamo, about a
+    second). It starts no thread and runs no op."""
+    with contextlib.suppress(Exception):
+        import torch._dynamo  # noqa: F401
+
+
+def _become_fresh_run(request: dict) -> ChildOptions:
+    """In the process a re-run from step 0 asked for: what a new child process would be, with
+    the re-run's options."""
+    os.setsid()  # its own process group, as a run started from step 0 has
+    die_with_parent()  # the copy is its parent
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    gc.enable()
+    return ChildOptions.load(request["options"])
 
 
 # ---- the resumed run ------------------------------------------------------------------------

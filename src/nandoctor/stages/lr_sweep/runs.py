@@ -74,8 +74,9 @@ class Pool:
         name = f"lr_sweep-{planned.key}"
         stop_file = os.path.join(self.workdir, f"{name}.stop")
         options.extra.setdefault("lr_sweep", {})["stop_file"] = stop_file
-        env = child_environment(seeded=options.seed is not None)
+        env = None  # the child's usual environment
         if self.devices:  # one accelerator per slot, round robin
+            env = child_environment(seeded=options.seed is not None)
             env["CUDA_VISIBLE_DEVICES"] = self.devices[slot % len(self.devices)]
         self.active[planned.key] = ActiveRun(planned, stop_file, slot)
         thread = threading.Thread(
@@ -84,7 +85,9 @@ class Pool:
         self._threads.append(thread)
         thread.start()
 
-    def _run(self, key: str, options: ChildOptions, name: str, env: dict, start: Start) -> None:
+    def _run(
+        self, key: str, options: ChildOptions, name: str, env: dict | None, start: Start
+    ) -> None:
         try:
             outcome = run_child(
                 options,
