@@ -338,6 +338,8 @@ def offer_fresh_starts(options: ChildOptions) -> tuple[ChildOptions, dict | None
 
     import nandoctor.child.session  # noqa: F401  (and everything a run instruments torch with)
 
+    if not sys.platform.startswith("linux"):
+        return options, None  # an abstract socket and /proc: Linux only, as rewind points
     if threading.active_count() > 1 or _child_processes():
         return options, None  # a fork would copy their locks but not them
     if any(os.path.exists(device) for device in _ACCELERATOR_DEVICES):
@@ -375,14 +377,20 @@ def _import_ahead() -> None:
 def _become_fresh_run(request: dict) -> ChildOptions:
     """In the process a re-run from step 0 asked for: what a new child process would be, with
     the re-run's options."""
-    os.setsid()  # its own process group, as a run started from step 0 has
-    die_with_parent()  # the copy is its parent
+    _become_the_requested_run(request)
+    return ChildOptions.load(request["options"])
+
+
+def _become_the_requested_run(request: dict) -> None:
+    """A process forked for a re-run: its own process group, as a run started from step 0
+    has; gone with the copy or point that forked it; its output into the re-run's log."""
+    os.setsid()
+    die_with_parent()
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    gc.enable()
-    return ChildOptions.load(request["options"])
+    gc.enable()  # the copy or point serves with it off (see _serve)
 
 
 # ---- the resumed run ------------------------------------------------------------------------
@@ -390,13 +398,7 @@ def resume(session, request: dict, step: int) -> None:
     """In the process a re-run asked for: become that run, then go back into the script."""
     import torch
 
-    os.setsid()  # its own process group, as a run started from step 0 has
-    die_with_parent()  # the point is its parent
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    gc.enable()
+    _become_the_requested_run(request)
     # OpenMP's pool belongs to the forked parent: using it here hangs. One thread is safe.
     torch.set_num_threads(1)
     options = ChildOptions.load(request["options"])
