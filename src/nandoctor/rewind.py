@@ -77,10 +77,10 @@ def release(events: list[dict]) -> None:
     """End the points the watched run left, and its copy for fresh starts: nothing will
     resume from them."""
     global _fresh_starts
-    copies = [e for e in events if e["event"] == "fresh_starts"]
-    for pid in [point.pid for point in live_points(events)] + [e["pid"] for e in copies]:
+    copy = _fresh_start_copy_in(events)
+    for point in [*live_points(events), *([copy] if copy else [])]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
+            os.kill(point.pid, signal.SIGTERM)
     _fresh_starts = None
 
 
@@ -93,12 +93,17 @@ _fresh_starts: RewindPoint | None = None
 def offer_fresh_starts(events: list[dict]) -> None:
     """Re-runs from step 0 start from the watched run's copy, if it left one."""
     global _fresh_starts
-    copy = next((e for e in events if e["event"] == "fresh_starts"), None)
-    _fresh_starts = RewindPoint(0, copy["pid"], copy["socket"]) if copy else None
+    _fresh_starts = _fresh_start_copy_in(events)
 
 
 def fresh_start_copy() -> RewindPoint | None:
     return _fresh_starts
+
+
+def _fresh_start_copy_in(events: list[dict]) -> RewindPoint | None:
+    """The copy the watched run announced (a point before step 0), or None."""
+    copy = next((e for e in events if e["event"] == "fresh_starts"), None)
+    return RewindPoint(0, copy["pid"], copy["socket"]) if copy else None
 
 
 class RewoundProcess:

@@ -52,6 +52,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from nandoctor.child.bootstrap import announce_start, die_with_parent, keep_writes_in_scratch
 from nandoctor.child.options import ChildOptions
@@ -216,7 +217,9 @@ def _child_processes() -> list[int]:
 
 
 # ---- the point ------------------------------------------------------------------------------
-def _serve(listener: socket.socket, launcher: int, before_the_first=None) -> dict:
+def _serve(
+    listener: socket.socket, launcher: int, before_the_first: Callable[[], None] | None = None
+) -> dict:
     """Wait for re-run requests; fork one process per request and report how it ended. Returns
     (in the forked process only) the request it is to run. `before_the_first`: called once,
     when the first request has arrived (work a run that ends healthy should not pay for)."""
@@ -360,7 +363,7 @@ def offer_fresh_starts(options: ChildOptions) -> tuple[ChildOptions, dict | None
         return options, None
     if pid == 0:  # the copy: serves until a re-run asks; returns only in that re-run
         request = _serve(listener, launcher, before_the_first=_import_ahead)
-        return _become_fresh_run(request), None
+        return _become_the_requested_run(request), None
     listener.close()
     _fresh_start_copies.add(pid)
     return options, {"pid": pid, "socket": name}
@@ -374,16 +377,10 @@ def _import_ahead() -> None:
         import torch._dynamo  # noqa: F401
 
 
-def _become_fresh_run(request: dict) -> ChildOptions:
-    """In the process a re-run from step 0 asked for: what a new child process would be, with
-    the re-run's options."""
-    _become_the_requested_run(request)
-    return ChildOptions.load(request["options"])
-
-
-def _become_the_requested_run(request: dict) -> None:
+def _become_the_requested_run(request: dict) -> ChildOptions:
     """A process forked for a re-run: its own process group, as a run started from step 0
-    has; gone with the copy or point that forked it; its output into the re-run's log."""
+    has; gone with the copy or point that forked it; its output into the re-run's log. Returns
+    the re-run's options."""
     os.setsid()
     die_with_parent()
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -391,6 +388,7 @@ def _become_the_requested_run(request: dict) -> None:
     os.dup2(log, 2)
     os.close(log)
     gc.enable()  # the copy or point serves with it off (see _serve)
+    return ChildOptions.load(request["options"])
 
 
 # ---- the resumed run ------------------------------------------------------------------------
@@ -398,10 +396,9 @@ def resume(session, request: dict, step: int) -> None:
     """In the process a re-run asked for: become that run, then go back into the script."""
     import torch
 
-    _become_the_requested_run(request)
+    options = _become_the_requested_run(request)
     # OpenMP's pool belongs to the forked parent: using it here hangs. One thread is safe.
     torch.set_num_threads(1)
-    options = ChildOptions.load(request["options"])
     session.events.retarget(options.events_path)
     # no CUDA: a point is only taken in a process that never used it
     announce_start(session.events, options, cuda=False, resumed_from=step)
