@@ -892,7 +892,9 @@ def test_hand_written_updates_are_steps_and_the_sweep_says_why_it_cannot_scale_t
     assert len(losses) == 4 and losses[-1] > 1e30  # four hand-made steps, the loss exploding
     sweep = report["stages"]["lr_sweep"]
     assert sweep["status"] == "skipped" and "no torch.optim optimizer" in sweep["summary"]
-    assert report["causes"][0]["category"] == "learning_rate"
+    top = report["causes"][0]
+    assert top["category"] == "learning_rate"
+    assert top["location"]["line"] == 12  # `lr = 3.0`, the rate `p.data.add_` is given
 
 
 def test_gradients_taken_with_autograd_grad_are_backward_passes(nandoctor):
@@ -904,7 +906,9 @@ def test_gradients_taken_with_autograd_grad_are_backward_passes(nandoctor):
     assert report["status"] == "nonfinite"
     losses = report["run"]["losses"]
     assert len(losses) == 3 and losses[-1] > 1e20  # three hand-made steps, the loss exploding
-    assert report["causes"][0]["category"] == "learning_rate"
+    top = report["causes"][0]
+    assert top["category"] == "learning_rate"
+    assert top["location"]["line"] == 8  # `step_size = 0.05`, the rate of `w1 -= step_size * g1`
 
 
 def test_a_script_that_raises_on_the_nan_loss_it_read_is_diagnosed(nandoctor):

@@ -98,6 +98,41 @@ def test_a_rate_read_from_a_schedule_in_a_config_is_traced_to_its_entry(tmp_path
     assert where_written(str(script), 13, "lr") is None
 
 
+def test_a_rate_held_by_an_object_or_scaled_is_traced_to_the_number_a_user_edits(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""\
+        import torch
+        from types import SimpleNamespace
+        LEARNING_RATE = 1e-3
+        CFG = \"\"\"
+        [net]
+        batch=16
+        learning_rate=0.15
+        \"\"\"
+        cfg = SimpleNamespace(SOLVER=SimpleNamespace(BASE_LR=0.02, MOMENTUM=0.9))
+        cfg.SOLVER.BASE_LR = 0.01
+        class Factorization:
+            def __init__(self, alpha, base_rate=LEARNING_RATE):
+                self.alpha = alpha
+                self.base_rate = base_rate
+            def optimizers(self, options, batch_size):
+                a = torch.optim.SGD([], lr=self.alpha)
+                lr = self.base_rate
+                b = torch.optim.SGD([], lr=lr)
+                rate = float(options["learning_rate"])
+                c = torch.optim.SGD([], lr=rate / batch_size, momentum=0.9)
+                d = torch.optim.SGD([], lr=cfg.SOLVER.BASE_LR, momentum=cfg.SOLVER.MOMENTUM)
+        model = Factorization(R, alpha=0.25)
+    """)
+    )
+    assert where_written(str(script), 16, "lr").line == 22  # the argument of the constructor
+    assert where_written(str(script), 18, "lr").line == 3  # the parameter's default
+    assert where_written(str(script), 20, "lr").line == 7  # the rate operand, in a config text
+    assert where_written(str(script), 21, "lr").line == 10  # the override, not the first value
+    assert where_written(str(script), 21, "momentum").line == 9  # the config's own entry
+
+
 def test_an_option_with_two_names_is_stored_under_its_first_long_one(tmp_path):
     # argparse's own rule: `"--lr", "--learning-rate"` is `args.lr`, whatever the longer name
     script = tmp_path / "train.py"

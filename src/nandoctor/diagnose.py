@@ -376,7 +376,9 @@ def diagnose(
             if completed:
                 clip_off = clip_switched_off(target.absolute_script, tuple(target.args))
                 findings = apply_verified_rules(verify_findings(context, findings), clip_off)
-            findings = at_the_written_value(findings, target.args)
+            hand_updated_in = target.absolute_script if watch.updates_by_hand else None
+            findings = at_the_written_value(findings, target.args, hand_updated_in,
+                                            _the_optimizer_with_a_rate(watch))  # fmt: skip
             findings = at_the_clip_setting(findings, target.absolute_script, target.args,
                                            facts.backward_call)  # fmt: skip
             findings = at_the_precision_setting(findings, target.absolute_script, target.args,
@@ -395,6 +397,13 @@ def diagnose(
         release(watch.events if watch is not None else _watch_events(workdir))
         if not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _the_optimizer_with_a_rate(watch: RunOutcome) -> Location | None:
+    """Where the run's optimizers with a learning rate were built, when that is one place."""
+    places = {(o["location"]["file"], o["location"]["line"]): o["location"]
+              for o in watch.all("optimizer") if o.get("has_rate") and o.get("location")}  # fmt: skip
+    return Location.from_dict(next(iter(places.values()))) if len(places) == 1 else None
 
 
 def _watch_events(workdir: str) -> list[dict]:

@@ -13,6 +13,7 @@ from nandoctor.source_values import (
     WrittenAt,
     clip_setting,
     framework_name,
+    hand_update_rate,
     lightning_trainer,
     passes_a_keyword,
     precision_setting,
@@ -422,11 +423,31 @@ def rank_causes(findings: list[Finding]) -> list[Cause]:
 _LR_KEYWORDS = ("lr", "max_lr", "base_lr")
 
 
-def at_the_written_value(findings: list[Finding], script_args=()) -> list[Finding]:
+def at_the_written_value(
+    findings: list[Finding],
+    script_args=(),
+    hand_updated_in: str | None = None,
+    optimizer_at: Location | None = None,
+) -> list[Finding]:
     """A learning-rate or optimizer-setting cause leads with the line where the offending value
     is written (`lr = 3.0`, an argparse default, a config entry), the constructor that uses it
-    staying as evidence: that literal is what the user edits."""
-    return [_relocated(f, script_args) for f in findings]
+    staying as evidence: that literal is what the user edits. `hand_updated_in`: the script,
+    when it updates its parameters itself; its rate is written where that update's is.
+    `optimizer_at`: where the run's one optimizer with a rate was built, for a rate cause
+    located at the op that overflowed."""
+    return [
+        _relocated(_at_the_optimizer(f, optimizer_at), script_args, hand_updated_in)
+        for f in findings
+    ]
+
+
+def _at_the_optimizer(finding: Finding, optimizer_at: Location | None) -> Finding:
+    location = finding.location
+    if (finding.category != "learning_rate" or optimizer_at is None or location is None
+            or passes_a_keyword(location.file, location.line, _LR_KEYWORDS)):  # fmt: skip
+        return finding
+    note = f"the rate is the optimizer's, built at {optimizer_at.short()}; the overflow came at {location.short()}"
+    return dataclasses.replace(finding, location=optimizer_at, evidence=(*finding.evidence, note))
 
 
 def at_the_clip_setting(
@@ -565,8 +586,10 @@ def _first_of_the_last_step(errors: list[dict]) -> dict:
     return next(e for e in errors if e.get("step", 0) == last_step)
 
 
-def _relocated(finding: Finding, script_args) -> Finding:
+def _relocated(finding: Finding, script_args, hand_updated_in: str | None = None) -> Finding:
     location = finding.location
+    if hand_updated_in is not None and finding.category == "learning_rate":
+        return _at_the_hand_update_rate(finding, hand_updated_in, script_args)
     if location is None:
         return finding
     keywords = _setting_keywords(finding)
@@ -583,6 +606,21 @@ def _relocated(finding: Finding, script_args) -> Finding:
     if keywords and not passes_a_keyword(location.file, location.line, keywords):
         return _given_to_the_framework(finding, keywords[0], script_args)
     return finding
+
+
+def _at_the_hand_update_rate(finding: Finding, script: str, script_args) -> Finding:
+    """A script without an optimizer object: the rate is the one its own update step uses
+    (`p.data.add_(p.grad, alpha=-lr)`), written where that update's rate is written."""
+    files = dict.fromkeys([script, *([finding.location.file] if finding.location else [])])
+    found = ((f, hand_update_rate(f, tuple(script_args))) for f in files)
+    file, written = next(((f, w) for f, w in found if w is not None), (None, None))
+    if written is None or written.how == "the command line":
+        return finding
+    note = f"the script updates its parameters itself; its rate is written at line {written.line} ({written.how})"
+    if finding.location is not None:
+        note += f"; the overflow came at {finding.location.short()}"
+    moved = Location(file, written.line, None, written.code)
+    return dataclasses.replace(finding, location=moved, evidence=(*finding.evidence, note))
 
 
 def _given_to_the_framework(finding: Finding, keyword: str, script_args) -> Finding:

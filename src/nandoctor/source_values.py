@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import tokenize
 from collections.abc import Callable
 from dataclasses import dataclass
 
-_MAX_HOPS = 4  # names followed from the call back to a literal
+_MAX_HOPS = 6  # names followed from the call back to a literal
 
 
 @dataclass(frozen=True)
@@ -32,19 +33,107 @@ def where_written(file: str, call_line: int, keyword: str, script_args=()) -> Wr
         return None
     value = next(k.value for k in call.keywords if k.arg == keyword)
     in_call = range(call.lineno, (call.end_lineno or call.lineno) + 1)
+    return _followed(tree, lines, value, in_call, keyword, script_args)
+
+
+def _followed(tree, lines, value: ast.AST, in_call: range, keyword: str, script_args):
+    """Where `value`, used on the lines `in_call`, is written: back through names, attributes
+    of `self`, argparse options, config entries and the operand of a scaling that names the
+    setting `keyword`."""
     for _ in range(_MAX_HOPS):
         if isinstance(value, ast.Name):
-            assigned = _last_assignment(tree, value.id, value.lineno)
+            assigned = (_value_of_name(tree, value, with_defaults=True)
+                        or _last_assignment(tree, value.id, value.lineno)
+                        or _module_assignment(tree, value.id))  # fmt: skip
             if assigned is None:
                 return None
             value = assigned
             continue
         if isinstance(value, (ast.Attribute, ast.Subscript)) and not _torch_constant(value):
+            if (held := _self_attribute_value(tree, value)) is not None:
+                value = held  # `lr=self.alpha` -> `self.alpha = alpha` -> `MF(R, alpha=0.25)`
+                continue
             return _option_or_entry(tree, lines, value, script_args)
+        if (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+                and value.func.id in ("float", "int") and len(value.args) == 1):  # fmt: skip
+            value = value.args[0]  # `float(options["learning_rate"])`
+            continue
+        if isinstance(value, ast.UnaryOp) and not _is_literal(value):
+            value = value.operand  # `alpha=-lr`
+            continue
+        # `lr=learning_rate / batch_size` in the call: the rate is the operand a user edits (an
+        # assignment that scales a rate, `lr = base_lr * 8`, is itself that line)
+        if (isinstance(value, ast.BinOp) and value.lineno in in_call and not _is_literal(value)
+                and (operand := _operand_named_like(value, keyword)) is not None):  # fmt: skip
+            value = operand
+            continue
         # a torch constant (`torch.float16`), a number, or an expression computed on this line
         # (`base_lr * world_size`)
         return _at(value, lines, "the call" if value.lineno in in_call else "an assignment")
     return None
+
+
+def hand_update_rate(file: str, script_args=()) -> WrittenAt | None:
+    """For a script that updates its parameters itself, where the rate of that update is
+    written: `p.data.add_(p.grad, alpha=-lr)`, `p -= step_size * grads[i]` or
+    `p.data = p.data - lr * p.grad`, followed back as `where_written` follows a keyword. None
+    unless the file's updates agree on one line."""
+    tree, lines = _parse(file)
+    if tree is None:
+        return None
+    found = set()
+    grads = _gradient_names(tree)
+    for node in ast.walk(tree):
+        rate = _rate_of_update(node, grads)
+        if rate is not None:
+            at = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            found.add(_followed(tree, lines, rate, at, "lr", script_args))
+    return found.pop() if len(found) == 1 else None
+
+
+def _rate_of_update(node: ast.AST, grads: set[str]) -> ast.AST | None:
+    """The rate in a hand-written gradient step, or None when `node` is not one."""
+    if isinstance(node, ast.Call) and _called_name(node) in ("add_", "sub_"):
+        alpha = next((k.value for k in node.keywords if k.arg == "alpha"), None)
+        if alpha is not None and any(_mentions_grad(a, grads) for a in node.args):
+            return alpha
+        step = next(iter(node.args), None)
+        return _factor_of_grad(step, grads) if isinstance(step, ast.BinOp) else None
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Sub):
+        return _factor_of_grad(node.value, grads)
+    if (isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp)
+            and isinstance(node.value.op, ast.Sub)):  # fmt: skip
+        return _factor_of_grad(node.value.right, grads)
+    return None
+
+
+def _factor_of_grad(product: ast.AST, grads: set[str]) -> ast.AST | None:
+    """`lr` of `lr * p.grad` (or `p.grad * lr`)."""
+    if not (isinstance(product, ast.BinOp) and isinstance(product.op, ast.Mult)):
+        return None
+    if _mentions_grad(product.right, grads) and not _mentions_grad(product.left, grads):
+        return product.left
+    if _mentions_grad(product.left, grads) and not _mentions_grad(product.right, grads):
+        return product.right
+    return None
+
+
+def _mentions_grad(node: ast.AST, grads: set[str]) -> bool:
+    """`p.grad`, `grads[i]`, `grad`, or a name `torch.autograd.grad` returned: a gradient."""
+    return any((isinstance(n, ast.Attribute) and n.attr.startswith("grad"))
+               or (isinstance(n, ast.Name) and (n.id.startswith("grad") or n.id in grads))
+               for n in ast.walk(node))  # fmt: skip
+
+
+def _gradient_names(tree: ast.AST) -> set[str]:
+    """The names assigned from `torch.autograd.grad(...)` (`g1, g2 = autograd.grad(...)`)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and _called_name(node.value) == "grad"):  # fmt: skip
+            for target in node.targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
 
 
 # The names the HF Trainer's `TrainingArguments` gives the settings of the optimizer it builds
@@ -84,6 +173,44 @@ def framework_name(file: str, keyword: str, script_args=()) -> tuple[str, Writte
     return None
 
 
+# What a setting's operand is called in expressions that scale it (`base_lr * world_size`).
+_NAMES_OF = {
+    "lr": ("lr", "learning_rate", "rate", "step_size", "alpha"),
+    "eps": ("eps", "epsilon"),
+    "weight_decay": ("weight_decay", "decay", "wd"),
+    "momentum": ("momentum",),
+}
+
+
+def _operand_named_like(expression: ast.BinOp, keyword: str) -> ast.AST | None:
+    """The one operand of `expression` (a name, attribute or key, at any depth of its
+    arithmetic) whose name says it is the setting `keyword`; None when none or several do."""
+    names = _NAMES_OF.get(keyword, (keyword,))
+    operands = []
+    pending: list[ast.AST] = [expression]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.BinOp):
+            pending += [node.left, node.right]
+        elif isinstance(node, ast.UnaryOp):
+            pending.append(node.operand)
+        else:
+            name = node.id if isinstance(node, ast.Name) else _attribute_or_key(node)
+            if name is not None and any(n in name.lower() for n in names):
+                operands.append(node)
+    return operands[0] if len(operands) == 1 else None
+
+
+def _self_attribute_value(tree: ast.AST, value: ast.AST) -> ast.AST | None:
+    """What `self.<name>` holds, read in a method: the value its class last assigns to it."""
+    attribute = _self_attribute(value)
+    owner = _enclosing(tree, value.lineno, ast.ClassDef) if attribute is not None else None
+    if owner is None:
+        return None
+    held = _last_attribute_assignment(owner, attribute)
+    return held if held is not value else None
+
+
 def _option_or_entry(tree, lines, value, script_args) -> WrittenAt | None:
     """`args.lr` -> its argparse default (unless the command line gave it); `config["lr"]` or
     `config.lr` -> the dict entry or keyword that holds it."""
@@ -97,11 +224,40 @@ def _option_or_entry(tree, lines, value, script_args) -> WrittenAt | None:
         if (constant := _constant_behind(tree, default)) is not None:
             return _at(constant, lines, "an assignment")  # `default=LR_DEFAULT`
         return _at(default, lines, "an argparse default")
+    if (assigned := _dotted_assignment(tree, value)) is not None:
+        return _at(assigned, lines, "an assignment")  # `cfg.SOLVER.BASE_LR = 0.01`
     # `rates[0]`, `cfg["lr"][-1]`: an entry of a schedule, or of a config nested in another
     entry = (_dict_entry(tree, name) if name is not None else None) or _nested_entry(
         tree, _key_path(tree, value)
     )
-    return _at(entry, lines, "a config entry") if entry is not None else None
+    if entry is not None:
+        return _at(entry, lines, "a config entry")
+    return _config_text_entry(tree, lines, name) if name is not None else None
+
+
+def _dotted_assignment(tree, value: ast.AST) -> ast.AST | None:
+    """The number last assigned (lowest in the file) to the same attribute chain as `value`
+    (`cfg.SOLVER.BASE_LR = 0.01` for a read of `cfg.SOLVER.BASE_LR`): a config object's value
+    overridden by the script."""
+    if not isinstance(value, ast.Attribute):
+        return None
+    chain = ast.unparse(value)
+    assigned = [(t.lineno, v) for t, v in _assigned_values(tree, lambda t: isinstance(t, ast.Attribute)
+                and ast.unparse(t) == chain) if _is_literal(v)]  # fmt: skip
+    return max(assigned, key=lambda item: item[0])[1] if assigned else None
+
+
+def _config_text_entry(tree, lines, key: str) -> WrittenAt | None:
+    """`key=0.15` or `key: 0.15` on a line of a config written as text in the script (a
+    darknet `.cfg`, a YAML string the script parses), when exactly one line sets it."""
+    setting = re.compile(rf"^\s*{re.escape(key)}\s*[=:]\s*[-+.\d]")
+    found = [node.lineno + offset for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "\n" in node.value
+             for offset, text in enumerate(node.value.split("\n")) if setting.match(text)]  # fmt: skip
+    if len(found) != 1:
+        return None
+    line = found[0]
+    return WrittenAt(line, lines[line - 1].strip() if line <= len(lines) else "", "a config entry")
 
 
 def _constant_behind(tree: ast.AST, value: ast.AST) -> ast.AST | None:
@@ -445,6 +601,15 @@ def _last_assignment(tree: ast.AST, name: str, before: int) -> ast.AST | None:
     return last.value if last is not None else None
 
 
+def _module_assignment(tree: ast.AST, name: str) -> ast.AST | None:
+    """The value of the last `name = ...` of the module's own code (not of a function), wherever
+    it lies: a global a function reads (`lr = args.lr` below `def train()`)."""
+    assigned = [(t.lineno, v) for node in getattr(tree, "body", ()) if not isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                for t, v in _assigned_values(node, lambda t: isinstance(t, ast.Name) and t.id == name)]  # fmt: skip
+    return max(assigned, key=lambda item: item[0])[1] if assigned else None
+
+
 def _targets(node: ast.AST) -> list[ast.AST]:
     return node.targets if isinstance(node, ast.Assign) else [node.target]
 
@@ -479,18 +644,20 @@ def _argparse_dest(flags: list[str]) -> str:
     return _dest(first)
 
 
+# Calls that build a config from keywords: `dict(lr=0.1)`, `SimpleNamespace(BASE_LR=0.02)`.
+_CONFIG_CALLS = ("dict", "SimpleNamespace", "Namespace", "CfgNode", "EasyDict", "edict",
+                 "ConfigDict", "AttrDict")  # fmt: skip
+
+
 def _dict_entry(tree: ast.AST, key: str) -> ast.AST | None:
-    """The value of `"key": v` in a dict literal or of `key=v` in a `dict(...)` call."""
+    """The value of `"key": v` in a dict literal or of `key=v` in a call that builds a config
+    (`dict(...)`, `SimpleNamespace(...)`)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
             for v in _values_under(node, key):
                 if _is_literal(v):
                     return v
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id == "dict"
-        ):
+        if isinstance(node, ast.Call) and _called_name(node) in _CONFIG_CALLS:
             for k in node.keywords:
                 if k.arg == key and _is_literal(k.value):
                     return k.value
@@ -730,10 +897,11 @@ def _unwrapped(value: ast.AST, wrappers=_ENTERS_TORCH) -> ast.AST:
             return value
 
 
-def _value_of_name(tree: ast.AST, name: ast.Name) -> ast.AST | None:
+def _value_of_name(tree: ast.AST, name: ast.Name, with_defaults: bool = False) -> ast.AST | None:
     """The value `name` holds where it is used: its last assignment above in the same function,
     or, for a parameter of that function, the argument the first call of it passes (a Dataset's
-    `__init__` is called as its class)."""
+    `__init__` is called as its class), or with `with_defaults` the parameter's default when no
+    call passes it."""
     function = _enclosing(tree, name.lineno, (ast.FunctionDef, ast.AsyncFunctionDef))
     scope = function if function is not None else tree
     assigned = [(t.lineno, v) for t, v in _assigned_values(scope, lambda t: isinstance(t, ast.Name)
@@ -742,7 +910,18 @@ def _value_of_name(tree: ast.AST, name: ast.Name) -> ast.AST | None:
         return max(assigned, key=lambda item: item[0])[1]
     if function is None:
         return None
-    return _argument_passed(tree, function, name.id)
+    passed = _argument_passed(tree, function, name.id)
+    return passed if passed is not None or not with_defaults else _default_of(function, name.id)
+
+
+def _default_of(function: ast.FunctionDef, parameter: str) -> ast.AST | None:
+    arguments = function.args
+    positional = arguments.posonlyargs + arguments.args
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults):]],
+                        arguments.defaults, strict=True))  # fmt: skip
+    defaults.update((a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults,
+                                                strict=True) if d is not None)  # fmt: skip
+    return defaults.get(parameter)
 
 
 def _argument_passed(tree: ast.AST, function: ast.FunctionDef, parameter: str) -> ast.AST | None:
