@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,7 +56,8 @@ def _none_left(temp: Path) -> bool:
 
 def test_replay_and_fix_resume_from_a_point_and_leave_the_users_open_log_alone(request, tmp_path):
     log = tmp_path / "train.log"
-    result, temp = _diagnose(request, tmp_path, "rewind_open_log.py", str(log))
+    result, temp = _diagnose(request, tmp_path, "rewind_open_log.py", str(log),
+                             options=("--keep-workdir",))  # fmt: skip
     assert result.exit_code == 1, result.stdout + result.stderr
     report = result.report
     first = report["first_nonfinite"]
@@ -75,7 +78,41 @@ def test_replay_and_fix_resume_from_a_point_and_leave_the_users_open_log_alone(r
     # theirs to private copies.
     lines = log.read_text().splitlines()
     assert len(lines) == 300 and lines[-1].startswith("step 299 ")
+    # The resumed runs computed with the watched run's threads, not one
+    workdir = next(temp.glob("nandoctor-*"))
+    threads = _first(workdir / "watch.events.jsonl", "end")["threads"]
+    assert _first(workdir / f"{replay['run']}.events.jsonl", "end")["threads"] == threads
+    assert _first(workdir / "verify-0.events.jsonl", "end")["threads"] == threads
     assert _none_left(temp), "a rewind point or a re-run is still running"
+
+
+_FORK_AFTER_PARALLEL_OPS = """
+import os, sys, torch
+from nandoctor.child.rewind import release_openmp_threads
+
+torch.set_num_threads(2)
+a = torch.randn(512, 512)
+(a @ a).sum()  # the parent's OpenMP pool now exists
+assert release_openmp_threads()
+pid = os.fork()
+if pid == 0:
+    torch.set_num_threads(2)
+    print(float((a @ a + a.exp()).sum()) == float((a @ a + a.exp()).sum()), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+(a @ a).sum()  # and the parent starts a new one
+print("parent", flush=True)
+"""
+
+
+def test_a_fork_after_the_openmp_threads_are_released_computes_on_several_threads(tmp_path):
+    # Without the release, the copy's first parallel op waits forever for its parent's pool
+    script = tmp_path / "fork.py"
+    script.write_text(_FORK_AFTER_PARALLEL_OPS)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "parent"]
 
 
 def test_a_sweep_from_a_point_names_the_learning_rate_it_would_from_step_0(request, tmp_path):

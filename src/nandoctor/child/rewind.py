@@ -8,8 +8,11 @@ from the step where the point was taken instead of from step 0.
 
 When a fork is safe: one thread, no child processes (DataLoader workers, launched helpers), no
 CUDA context, no process group, no compiled code (it would run compiled in a re-run that needs
-eager ops). A forked process also may not use OpenMP's thread pool of its parent: a resumed
-run computes on one intra-op thread. Everything else is refused, once per reason, and re-runs
+eager ops). A forked process cannot use its parent's OpenMP thread pool (the threads are not
+copied; the first parallel op would wait for them forever), so the watched run ends its
+OpenMP workers just before each fork (`omp_pause_resource_all`) and a resumed run starts a
+pool of its own with the watched run's thread count; where no runtime can be paused it
+computes on one intra-op thread. Everything else is refused, once per reason, and re-runs
 start from step 0.
 
 Points are taken on a clock, not a step count: a new one once `interval_fraction` of the run's
@@ -163,10 +166,11 @@ class RewindKeeper:
             raise
         sys.stdout.flush()
         sys.stderr.flush()
+        threads_released = release_openmp_threads()
         pid = os.fork()
         if pid == 0:  # the point: serves until a re-run asks; returns only in that re-run
             request = _serve(listener, self._launcher)
-            resume(self.session, request, step)
+            resume(self.session, request, step, threads_released)
             return
         listener.close()
         self.points.append((step, pid))
@@ -392,13 +396,15 @@ def _become_the_requested_run(request: dict) -> ChildOptions:
 
 
 # ---- the resumed run ------------------------------------------------------------------------
-def resume(session, request: dict, step: int) -> None:
-    """In the process a re-run asked for: become that run, then go back into the script."""
+def resume(session, request: dict, step: int, threads_released: bool) -> None:
+    """In the process a re-run asked for: become that run, then go back into the script.
+    `threads_released`: the watched run ended OpenMP's worker threads before the fork, so this
+    run can start a pool of its own; otherwise the parent's pool, which a fork does not copy,
+    would hang the first parallel op, and the run computes on one thread."""
     import torch
 
     options = _become_the_requested_run(request)
-    # OpenMP's pool belongs to the forked parent: using it here hangs. One thread is safe.
-    torch.set_num_threads(1)
+    torch.set_num_threads((options.threads or torch.get_num_threads()) if threads_released else 1)
     session.events.retarget(options.events_path)
     # no CUDA: a point is only taken in a process that never used it
     announce_start(session.events, options, cuda=False, resumed_from=step)
@@ -406,6 +412,41 @@ def resume(session, request: dict, step: int) -> None:
         private_copies_of_open_files(options.scratch_dir, keep=(options.own_folder,))
     keep_writes_in_scratch(options)
     session.resume_as(options)
+
+
+# OpenMP runtimes that torch builds link (GNU's with the pip wheels, Intel's and LLVM's in
+# other builds), by the start of their file name.
+_OPENMP_RUNTIMES = ("libgomp", "libiomp5", "libomp")
+_OMP_PAUSE_HARD = 2  # omp_pause_resource_t: omp_pause_hard ends the runtime's threads
+
+
+def release_openmp_threads() -> bool:
+    """Ends the worker threads of every OpenMP runtime in the process (OpenMP 5.0's
+    `omp_pause_resource_all`), so that a forked copy starts a pool of its own instead of waiting
+    forever on its parent's; this process starts new workers at its next parallel op, in about
+    a millisecond. False when a runtime could not be paused, or none was found."""
+    import ctypes
+
+    runtimes = _loaded_libraries(_OPENMP_RUNTIMES)
+    if not runtimes:
+        return False
+    try:
+        return all(ctypes.CDLL(path).omp_pause_resource_all(_OMP_PAUSE_HARD) == 0
+                   for path in runtimes)  # fmt: skip
+    except (OSError, AttributeError):  # a runtime older than OpenMP 5.0
+        return False
+
+
+def _loaded_libraries(prefixes: tuple[str, ...]) -> list[str]:
+    """The files of the shared libraries loaded in this process whose names start with one of
+    `prefixes`."""
+    paths: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/self/maps", encoding="utf-8") as maps:
+        for line in maps:
+            path = line.rstrip("\n").split(maxsplit=5)[-1]
+            if path.startswith("/") and os.path.basename(path).startswith(prefixes):
+                paths.add(path)
+    return sorted(paths)
 
 
 def private_copies_of_open_files(scratch_dir: str, keep: tuple[str, ...]) -> list[str]:
