@@ -41,6 +41,19 @@ def test_nan_rows_in_a_shuffled_worker_loader_are_located(nandoctor):
     assert cause["location"]["file"].endswith("data_nan_rows_loader.py")
 
 
+def test_an_input_made_inf_by_a_float16_op_is_the_dtypes_not_the_datas(nandoctor):
+    # finite sizes from the data; their product, computed in float16 before the forward, is inf
+    result = nandoctor("run", "half_resolution_overflow.py", *STAGES)
+    assert result.exit_code == 1, result.stdout + result.stderr
+    first = result.report["first_nonfinite"]
+    assert (first["phase"], first["dtype"]) == ("data", "float16")
+    cause = _top(result)
+    assert (cause["category"], cause["code"]) == ("precision", "PR101")
+    assert cause["location"]["line"] == line_of("half_resolution_overflow.py", "sizes[:, :1] *")
+    data = next(c for c in result.report["causes"] if c["category"] == "data")
+    assert any("the data carried none" in line for line in data["evidence"])
+
+
 def test_nan_made_in_getitem_points_at_the_division(nandoctor):
     result = nandoctor("run", "data_zero_mask_loader.py", *STAGES)
     assert result.exit_code == 1, result.stdout + result.stderr

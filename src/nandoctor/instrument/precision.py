@@ -6,12 +6,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nandoctor.instrument.kinds import CONSTANT_OVERFLOW, OVERFLOW
+
 if TYPE_CHECKING:
     import torch
 
 REDUCED_DTYPES = ("float16", "bfloat16")
 # The same, as the labels an op's computing dtype gets (float32 matmuls under TF32: "tf32").
 REDUCED_LABELS = (*REDUCED_DTYPES, "tf32")
+
+
+def overflowed_reduced_precision(kind: str | None, dtype: str | None) -> bool:
+    """An op computing in float16 or bfloat16 made an Inf from finite inputs (a result, or a
+    constant of its formula, beyond the dtype's range): made by the dtype, whatever phase the
+    op ran in, not carried by the data."""
+    return kind in (OVERFLOW, CONSTANT_OVERFLOW) and dtype in REDUCED_DTYPES
 
 
 def precision_in_use(device: str | None, param_dtypes: tuple[str, ...]) -> dict:

@@ -20,7 +20,7 @@ from nandoctor.instrument.kinds import (
     UNALIGNABLE,
     UNKNOWN,
 )
-from nandoctor.instrument.precision import REDUCED_DTYPES
+from nandoctor.instrument.precision import REDUCED_DTYPES, overflowed_reduced_precision
 from nandoctor.report.model import Finding, FirstNonfinite, Location, StageResult
 from nandoctor.stages import StageContext, StageOutcome
 from nandoctor.stages.init_check.findings import most_common_write
@@ -330,7 +330,8 @@ def _categorize(
         # Below the init check's finding of the same weights, which knows the line that wrote
         # them; this one stands when the init check did not run.
         return "IN101", "parameters hold NaN/Inf that no op of the run made", 0.75
-    if birth.get("inputs_nonfinite") or first.phase == "data":
+    made_by_the_dtype = overflowed_reduced_precision(first.kind, first.dtype)
+    if birth.get("inputs_nonfinite") or (first.phase == "data" and not made_by_the_dtype):
         # The line that made a tensor already holding NaN/Inf is exact: above a data scan's
         # trace, which can only reach the line that fetched the row.
         return (

@@ -6,6 +6,7 @@ import io
 import tokenize
 
 from nandoctor.fixes import guard_for, guard_remedy, guarded_line
+from nandoctor.instrument.precision import overflowed_reduced_precision
 from nandoctor.report.model import Finding, Location
 from nandoctor.source_values import WrittenAt, container_origin
 
@@ -67,6 +68,13 @@ def nonfinite_finding(watch, batches: list[dict]) -> Finding | None:
             f"the run's first NaN/Inf reached {nonfinite['reached']} at step "
             f"{nonfinite['step']}, {when}"
         )
+    elif _made_by_reduced_precision((watch.nonfinite or {}).get("birth")):
+        birth = watch.nonfinite["birth"]
+        evidence.append(
+            f"these values were made by the script's {birth.get('op')} overflowing "
+            f"{birth.get('dtype')} at step {watch.nonfinite['step']}, from finite inputs: "
+            "the data carried none"
+        )
     else:
         evidence.append(
             "the run's NaN/Inf did not come from this batch: its values are masked or unused"
@@ -114,7 +122,16 @@ def _explains_failure(nonfinite: dict | None, step: int) -> bool:
     if nonfinite is None or nonfinite["step"] < step:
         return False
     birth = nonfinite.get("birth")
-    return birth is None or birth.get("phase") == "data" or bool(birth.get("inputs_nonfinite"))
+    if birth is None or birth.get("inputs_nonfinite"):
+        return True
+    # Before the forward, an op that overflowed float16 or bfloat16 made the values from finite
+    # ones (`height * width` computed in half precision): the data carried nothing non-finite.
+    # A 0/0 or log(0) of a silent clip or an empty row is the data's own.
+    return birth.get("phase") == "data" and not _made_by_reduced_precision(birth)
+
+
+def _made_by_reduced_precision(birth: dict | None) -> bool:
+    return birth is not None and overflowed_reduced_precision(birth.get("kind"), birth.get("dtype"))
 
 
 def _kinds(leaf: dict) -> str:
