@@ -207,7 +207,8 @@ def _record(multiplier: float, purpose: str, verdict: Verdict, clip=None, grads=
 def _simulate(oracle, jobs: int, settings: Settings = SETTINGS, newest_first=False) -> Search:
     """Drive a Search with `oracle(planned) -> Verdict`, `jobs` runs at a time, finishing the
     oldest running candidate first (or the newest)."""
-    search = Search(settings, _record(1.0, "watched", oracle(Planned(1.0, "watched"))), False)
+    baseline = _record(1.0, "watched", oracle(Planned(1.0, "watched")))
+    search = Search(settings, baseline, False, jobs=jobs)
     running: list[Planned] = []
     while not search.done:
         running += search.take(jobs - len(running))
@@ -292,6 +293,23 @@ def test_a_failure_at_the_same_step_for_every_multiplier_is_not_the_lr():
     assert search.lr_insensitive()
     assert search.recommended is None
     assert len(search.results) == 3  # x1, x1/2 and x1/1024 were enough to tell
+
+
+def test_one_at_a_time_from_step_0_the_smallest_multiplier_runs_first():
+    def fails_alike(planned):
+        return Verdict("diverged", "D1", "nan", failure_step=6)
+
+    def delayed_by_a_smaller_rate(planned):
+        step = 6 if planned.multiplier == 1.0 else 40
+        return Verdict("diverged", "D1", "nan", failure_step=step)
+
+    alike = _simulate(fails_alike, jobs=1)
+    assert alike.lr_insensitive()
+    assert sorted(r.multiplier for r in alike.results.values()) == [2**-10, 1.0]
+    delayed = _simulate(delayed_by_a_smaller_rate, jobs=1)
+    assert not delayed.lr_insensitive()
+    # How the failure moves with the rate needs x1/2 as well.
+    assert {2**-10, 0.5, 1.0} <= {r.multiplier for r in delayed.results.values()}
 
 
 @pytest.mark.parametrize("jobs", [2, 4])

@@ -1,7 +1,7 @@
 """Which multipliers to run, which runs to stop, and what the results recommend.
 
 Halving: multipliers 1/2, 1/4, ... 1/2**halvings, in that order except that from step 0 the
-smallest goes second, and from a rewind point it goes next once a candidate failed at about the
+smallest goes first (second, beside x1/2, where candidates run in parallel), and from a rewind point it goes next once a candidate failed at about the
 step x1 did: if even it fails there, the learning rate is not the cause and the sweep ends
 early. Otherwise halving stops at `stable_in_a_row` consecutive stable runs; running
 candidates past that point can no longer change the answer and are stopped, unless they started
@@ -122,6 +122,7 @@ class Search:
         horizon_capped: bool,
         recurrent: dict | None = None,
         exploded: Explosion | None = None,
+        jobs: int = 1,
     ) -> None:
         self.settings = settings
         self.baseline = baseline
@@ -136,10 +137,13 @@ class Search:
         order = self.grid
         if baseline.first_step == 0 and len(self.grid) > 2:
             # From step 0 a failing candidate costs as much as the failure took: the smallest
-            # multiplier goes second, to tell early that the rate does not matter. From a
-            # rewind point a failing candidate stops soon after the point, and halving down
-            # to the smallest costs less than one stable run of it.
-            order = [self.grid[0], self.grid[-1], *self.grid[1:-1]]
+            # multiplier runs early, to tell that the rate does not matter. One at a time it
+            # goes first (where it fails as x1 did, the sweep is one candidate); with more
+            # jobs, second, beside x1/2. From a rewind point a failing candidate stops soon
+            # after the point, and halving down to the smallest costs less than one stable run.
+            rest = self.grid[1:-1]
+            order = ([self.grid[-1], self.grid[0], *rest] if jobs == 1
+                     else [self.grid[0], self.grid[-1], *rest])  # fmt: skip
         self.queue: list[Planned] = [Planned(m, HALVING) for m in order]
         self.running: dict[str, Planned] = {}
         self._started: dict[str, int] = {}  # key -> the order it was started in
@@ -316,8 +320,13 @@ class Search:
         if end is not None and all(self._grid_result(k) for k in range(1, end + 1)):
             return True
         smallest = self._grid_result(len(self.grid))
-        if smallest is not None and smallest.verdict.failing:
-            return True  # not even the smallest multiplier trains stably
+        if smallest is not None and smallest.verdict.failing and (
+            self.lr_insensitive() or self._grid_result(1) is not None
+        ):
+            # Not even the smallest multiplier trains stably. Where it failed later than x1,
+            # x1/2 is still run: how the failure moves with the rate is what tells a rate too
+            # high from a failure it only delays.
+            return True
         return all(self._grid_result(k) for k in range(1, len(self.grid) + 1))
 
     def _next_stage(self) -> None:

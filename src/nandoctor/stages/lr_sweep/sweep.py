@@ -308,7 +308,7 @@ def _sweep_from(context: StageContext, start: Start) -> tuple[Search, Plan] | St
     norms = context.watch.grad_norms[: context.watch.failed_step]
     exploded = gradient_explosion(norms, settings.explosion_factor)
     search = Search(settings, baseline, plan.horizon_capped, context.watch.first("recurrent"),
-                    exploded)  # fmt: skip
+                    exploded, plan.jobs)  # fmt: skip
     run_search(context, search, plan)
     return search, plan
 
