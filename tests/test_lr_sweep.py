@@ -413,6 +413,34 @@ def test_a_clip_keeps_the_rate_only_when_x1_failed_by_a_jump(pattern, keeps):
     assert any("built up over several steps" in line for line in clip.evidence) is not keeps
 
 
+def test_a_clip_leads_when_the_smaller_rates_survive_only_by_not_training():
+    """Smaller rates that are stable because their loss barely moves (stalled) show the rate
+    can be made too small to fail, not that it trains: a clip at x1 whose loss falls keeps the
+    rate, even acting on every step."""
+    from nandoctor.stages.lr_sweep.conclusions import findings
+    from nandoctor.stages.lr_sweep.verdicts import Explosion
+
+    def oracle(planned):
+        if (planned.clip or 2.0) <= 1.0 or planned.multiplier <= 0.1:
+            return Verdict("stable", "", "finite")
+        return Verdict("diverged", "D1", "nan", failure_step=12, pattern="spike")
+
+    def record(planned):
+        trains = planned.clip is not None
+        losses = [2.0 - i / 20 if trains else 2.0 + 0.001 * (i % 2) for i in range(20)]
+        return RunRecord(planned, oracle(planned), losses=losses, grad_norms=[5.0] * 20)
+
+    search = Search(SETTINGS, record(Planned(1.0, "watched")), False,
+                    exploded=Explosion(5.0, 5000.0))  # fmt: skip
+    while not search.done:
+        for planned in search.take(2):
+            search.record(record(planned))
+    clip = next(f for f in findings(search) if f.category == "exploding_gradients")
+    assert search.clip_run.clipped_steps == 20
+    assert clip.remedy["keeps_the_rate"]
+    assert any(line.startswith("no smaller learning rate trains") for line in clip.evidence)
+
+
 def _clip_search(clipped_norm: float, baseline_steps: int) -> Search:
     """x1 fails by a steady growth after `baseline_steps`, rates up to x1/4 train; a clip at x1
     trains as far, every step's gradient norm `clipped_norm`."""

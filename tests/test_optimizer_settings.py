@@ -10,6 +10,7 @@ from nandoctor.optimizer_settings import absurd_settings
 from nandoctor.source_values import (
     clip_setting,
     clip_switched_off,
+    clipping_call,
     container_origin,
     container_reads,
     framework_name,
@@ -211,6 +212,14 @@ def test_an_lbfgs_without_a_line_search_is_fixed_by_one_when_its_rerun_trains(na
     assert "line_search_fn='strong_wolfe'" in top["evidence"][-1]
 
 
+_CLIPS_FOR_VGG_ONLY = (
+    "p.add_argument('--net', default='res101', type=str)\n"
+    "loss.backward()\n"
+    "if args.net == 'vgg16':\n"
+    "    clip_gradient(model, 10.)\n"
+)
+
+
 @pytest.mark.parametrize(
     ("source", "line"),
     [
@@ -257,6 +266,15 @@ def test_the_line_where_a_script_sets_its_gradient_clipping(tmp_path, source, li
         ("# clip_grad_norm_(ps, 5.0)\nclip_grad_norm_(ps, 1.0)\n", (), None),
         ('"""Example:\n# clip_grad_norm_(ps, 1.0)\n"""\n', (), None),  # a docstring
         ("# clip the gradients here some day\n", (), None),  # words, not a call
+        # a clipping call only some configurations make: the `if` false in this run
+        (_CLIPS_FOR_VGG_ONLY, (), 3),
+        (_CLIPS_FOR_VGG_ONLY, ("--net", "vgg16"), None),
+        (_CLIPS_FOR_VGG_ONLY, ("--net=res101",), 3),
+        ("p.add_argument('--no-clip', action='store_true')\n"
+         "if not args.no_clip:\n    clip_grad_norm_(ps, 1.0)\n", ("--no-clip",), 2),
+        ("p.add_argument('--no-clip', action='store_true')\n"
+         "if not args.no_clip:\n    clip_grad_norm_(ps, 1.0)\n", (), None),
+        ("if step > 100:\n    clip_grad_norm_(ps, 1.0)\n", (), None),  # not an option
     ],
 )  # fmt: skip
 def test_a_gradient_clipping_setting_that_switches_clipping_off(
@@ -269,6 +287,21 @@ def test_a_clipping_option_given_on_the_command_line_is_said_to_be(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("p.add_argument('--max-grad-norm', type=float, default=0.0)\n")
     assert clip_setting(str(script), ("--max-grad-norm=0",)).how == "the command line"
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        ("loss.backward()\ntorch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)\n", 2),
+        ("clip_grad_norm_(a, 1.0)\nclip_grad_value_(b, 1.0)\n", None),  # which one is unsaid
+        ("loss.backward()\n", None),
+    ],
+)
+def test_the_clipping_call_a_command_line_clip_acts_in(tmp_path, source, line):
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    found = clipping_call(str(script))
+    assert (found.line if found else None) == line
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,10 @@ from nandoctor.codes import measured_confidence
 from nandoctor.gradient_spikes import cliff_finding, find_cliff
 from nandoctor.report.model import Cause, Finding, Location
 from nandoctor.source_values import (
+    SKIPPED_CLIP,
     WrittenAt,
     clip_setting,
+    clipping_call,
     framework_name,
     hand_update_rate,
     lightning_trainer,
@@ -514,8 +516,13 @@ def _at_the_clip_setting(
     file, setting = next(((f, s) for f, s in found if s is not None), (None, None))
     if setting is None:
         return _where_a_clip_goes(finding, script, backward_call)
-    return _at_the_setting(finding, file, setting, "gradient clipping is set",
-                           "the optimizer is built at")  # fmt: skip
+    what = ("the script's own clipping is skipped in this run by the condition"
+            if setting.how == SKIPPED_CLIP else "gradient clipping is set")  # fmt: skip
+    if setting.how == "the command line" and (call := clipping_call(file)) is not None:
+        # The value is the command line's; the line of the script it acts in is the call.
+        note = f"{what} on the command line ({setting.code}), used by the clipping call"
+        return _at_the_setting(finding, file, call, note, "the optimizer is built at")
+    return _at_the_setting(finding, file, setting, what, "the optimizer is built at")
 
 
 def _where_a_clip_goes(finding: Finding, script: str, backward_call: Location | None) -> Finding:

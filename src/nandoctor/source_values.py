@@ -339,11 +339,14 @@ _CLIPS_GRADIENTS = ("clip_grad_norm", "clip_grad_value", "clip_gradients")
 
 def clip_setting(file: str, script_args=()) -> WrittenAt | None:
     """Where the script sets its gradient clipping (`grad_clip=None` in a config, an argparse
-    `--clip` default, `max_grad_norm=0` in a call), or None when it has no such setting: the
+    `--clip` default, `max_grad_norm=0` in a call, the `if` that skips its clipping call in
+    this run), or None when it has no such setting: the
     line a user edits to clip, or to clip tighter."""
     tree, lines = _parse(file)
     if tree is None:
         return None
+    if skipped := _clip_skipped_in_this_run(tree, lines, script_args):
+        return skipped
     names_a_clip = _clip_names(lines)
     found = _first_setting(tree, lines, script_args, lambda name, value: names_a_clip(name))
     return found or _commented_out_clip(lines)
@@ -373,11 +376,15 @@ def _imports(node: ast.AST, packages: tuple[str, ...]) -> bool:
 def clip_switched_off(file: str, script_args=()) -> WrittenAt | None:
     """The script's gradient-clipping setting, when it switches clipping off: `grad_clip=None`
     in a config, `"clip_gradient": False`, an argparse `--clip` defaulting to 0 (and not given
-    on the command line), or a clipping call commented out in a script that has no other clip.
+    on the command line), a clipping call under a condition on an option that is false in this
+    run (`if args.net == "vgg16":`), or a clipping call commented out in a script that has no
+    other clip.
     None when the script clips, has no such setting, or sets it at run time."""
     tree, lines = _parse(file)
     if tree is None:
         return None
+    if skipped := _clip_skipped_in_this_run(tree, lines, script_args):
+        return skipped
     names_a_clip = _clip_names(lines)
     settings = sorted(_settings(tree), key=lambda setting: setting[0].lineno)
     if not any(names_a_clip(name) for _, name, _ in settings):
@@ -472,6 +479,99 @@ def _commented_out_clip(lines: tuple[str, ...]) -> WrittenAt | None:
     return None
 
 
+SKIPPED_CLIP = "a condition false in this run"
+
+
+def _clip_skipped_in_this_run(tree, lines, script_args) -> WrittenAt | None:
+    """The `if` in front of a clipping call whose test is false in this run: it compares an
+    argparse option, at its default or as the command line gives it, with a constant (`if
+    args.net == "vgg16":` run with --net res101), or tests the option alone. The script clips
+    in other configurations only; the `if` is the line to change."""
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.If)
+                and any(_called_name(call).startswith(_CLIP_CALL_PREFIX)
+                        for statement in node.body for call in ast.walk(statement)
+                        if isinstance(call, ast.Call))
+                and _false_in_this_run(node.test, tree, script_args) is True):  # fmt: skip
+            return WrittenAt(node.lineno, lines[node.lineno - 1].strip(), SKIPPED_CLIP)
+    return None
+
+
+def _false_in_this_run(test: ast.AST, tree, script_args) -> bool | None:
+    """Whether `test` is false with the script's options as this run has them; None when it
+    is not a test on one option that can be read from the source and the command line."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _false_in_this_run(test.operand, tree, script_args)
+        return None if inner is None else not inner
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        value = _option_in_this_run(test.left, tree, script_args)
+        other = test.comparators[0]
+        try:
+            constant = ast.literal_eval(other)
+        except ValueError:
+            return None
+        if value is _UNKNOWN:
+            return None
+        outcomes = {
+            ast.Eq: lambda: value == constant,
+            ast.NotEq: lambda: value != constant,
+            ast.In: lambda: value in constant,
+            ast.NotIn: lambda: value not in constant,
+        }
+        outcome = outcomes.get(type(test.ops[0]))
+        try:
+            return None if outcome is None else not outcome()
+        except TypeError:
+            return None
+    value = _option_in_this_run(test, tree, script_args)
+    return None if value is _UNKNOWN else not value
+
+
+_UNKNOWN = object()
+
+
+def _option_in_this_run(node: ast.AST, tree, script_args):
+    """The value of `args.name` (an argparse option): the command line's, converted as its
+    `type=` says, or its default; `_UNKNOWN` for anything else."""
+    if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+        return _UNKNOWN
+    option = _argparse_option(tree, node.attr)
+    if option is None:
+        return _UNKNOWN
+    flags, call = option
+    keywords = {k.arg: k.value for k in call.keywords}
+    action = keywords.get("action")
+    if isinstance(action, ast.Constant) and action.value in ("store_true", "store_false"):
+        switched = _given_on_command_line(flags, script_args)
+        return switched == (action.value == "store_true")
+    given = _command_line_value(flags, script_args)
+    if given is not None:
+        kind = getattr(keywords.get("type"), "id", "str")
+        converters = {"str": str, "int": int, "float": float}
+        if kind not in converters:
+            return _UNKNOWN
+        try:
+            return converters[kind](given)
+        except ValueError:
+            return _UNKNOWN
+    try:
+        return ast.literal_eval(keywords["default"]) if "default" in keywords else None
+    except ValueError:
+        return _UNKNOWN
+
+
+def _command_line_value(flags, script_args) -> str | None:
+    """The value the command line gives one of `flags` (`--net res101`, `--net=res101`)."""
+    args = list(script_args)
+    for index, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name in flags:
+            if equals:
+                return value
+            return args[index + 1] if index + 1 < len(args) else None
+    return None
+
+
 def _comments(lines: tuple[str, ...]):
     """(line number, text) of each comment in the source."""
     readline = iter(line + "\n" for line in lines).__next__
@@ -481,6 +581,17 @@ def _comments(lines: tuple[str, ...]):
                 yield token.start[0], token.string
     except (tokenize.TokenError, SyntaxError):
         return
+
+
+def clipping_call(file: str) -> WrittenAt | None:
+    """The script's one gradient-clipping call (`clip_grad_norm_(model.parameters(),
+    args.clip)`), or None for none or several: where a clip set on the command line acts."""
+    tree, lines = _parse(file)
+    if tree is None:
+        return None
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and _called_name(node).startswith(_CLIP_CALL_PREFIX)]  # fmt: skip
+    return _at(calls[0], lines, "the clipping call") if len(calls) == 1 else None
 
 
 def clipped_argument(file: str, call_line: int) -> WrittenAt | None:

@@ -365,7 +365,11 @@ def _clip_finding(search: Search, clip: RunRecord) -> Finding:
         evidence.append(stands_in)
         confidence *= 0.6
     keeps_the_rate = same(m, 1.0) and _keeps_the_rate(clip, search)
-    if keeps_the_rate:
+    if keeps_the_rate and not _a_smaller_rate_trains(clip, search):
+        evidence.append("no smaller learning rate trains: each one either failed or barely "
+                        "moved the loss (stalled); clipped at the original rate, the loss fell "
+                        f"{progress(clip.losses):.0%}")  # fmt: skip
+    elif keeps_the_rate:
         evidence.append("clipped at the original learning rate, on a few steps only, the loss "
                         "falls about as far as at the smaller rate that trains")  # fmt: skip
     return Finding(
@@ -396,9 +400,15 @@ def _clip_finding(search: Search, clip: RunRecord) -> Finding:
     )
 
 
+def _trains(record: RunRecord, search: Search) -> bool:
+    """Stable with the loss still falling: a run that survived by barely moving its loss
+    (stalled) shows that the rate can be made too small to fail, not that it trains."""
+    return (record.verdict.verdict == "stable"
+            and progress(record.losses) > search.settings.stall_progress)  # fmt: skip
+
+
 def _a_smaller_rate_trains(clip: RunRecord, search: Search) -> bool:
-    return any(r.verdict.verdict == "stable" and r.multiplier < clip.multiplier
-               for r in search.measured())  # fmt: skip
+    return any(_trains(r, search) and r.multiplier < clip.multiplier for r in search.measured())
 
 
 def _acts_on_most_steps(clip: RunRecord, settings) -> bool:
@@ -429,8 +439,8 @@ def _stands_in_for_a_smaller_rate(clip: RunRecord, search: Search) -> str | None
 def _keeps_the_rate(clip: RunRecord, search: Search) -> bool:
     """Clipping alone lets the original rate train: it acted on rare spikes, not as a smaller
     step size, and the loss fell at least half as far, relative to where it started, as at
-    the largest stable smaller rate (with none stable, clipping is what trains). A clip that
-    only holds a stalled run proves nothing."""
+    the largest smaller rate that trains (with none that trains, only stalled or failing
+    ones, clipping is what trains). A clip that only holds a stalled run proves nothing."""
     if progress(clip.losses) <= search.settings.stall_progress:
         return False
     if not _a_smaller_rate_trains(clip, search):
@@ -439,7 +449,7 @@ def _keeps_the_rate(clip: RunRecord, search: Search) -> bool:
         return False  # also through a recurrence, as a smaller step size by another name
     if search.recurrent is None and _stands_in_for_a_smaller_rate(clip, search):
         return False
-    stable = [r for r in search.measured() if r.verdict.verdict == "stable"]
-    reference = max(stable, key=lambda r: r.multiplier)
+    training = [r for r in search.measured() if _trains(r, search)]
+    reference = max(training, key=lambda r: r.multiplier)
     wanted = progress(reference.losses)
     return wanted <= 0 or progress(clip.losses) >= 0.5 * wanted

@@ -320,8 +320,10 @@ class Search:
         if end is not None and all(self._grid_result(k) for k in range(1, end + 1)):
             return True
         smallest = self._grid_result(len(self.grid))
-        if smallest is not None and smallest.verdict.failing and (
-            self.lr_insensitive() or self._grid_result(1) is not None
+        if (
+            smallest is not None
+            and smallest.verdict.failing
+            and (self.lr_insensitive() or self._grid_result(1) is not None)
         ):
             # Not even the smallest multiplier trains stably. Where it failed later than x1,
             # x1/2 is still run: how the failure moves with the rate is what tells a rate too
