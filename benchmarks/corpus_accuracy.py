@@ -398,7 +398,7 @@ def print_plain_table(outcomes: list[Outcome]) -> None:
             continue
         note = f"  [{o.error}]" if o.error else ""
         print(
-            f"{mark(o.top1):4}  {o.path:{w}} {o.expected:19} printed {o.status:9} {o.seconds:5.1f} s{note}"
+            f"{mark(o.top1):4}  {o.path:{w}} {o.expected:19} printed {o.status or 'nothing':9} {o.seconds:5.1f} s{note}"
         )
 
 

@@ -1,0 +1,1 @@
+../../test/public/word_language_model/model.py

@@ -1,1 +1,0 @@
-../../public/word_language_model/data.py
