@@ -413,6 +413,16 @@ def test_a_clip_keeps_the_rate_only_when_x1_failed_by_a_jump(pattern, keeps):
     assert any("built up over several steps" in line for line in clip.evidence) is not keeps
 
 
+def _searched_with(record, exploded) -> Search:
+    """A search, two candidates at a time, whose runs `record(planned) -> RunRecord` makes; x1
+    is `record` of the watched run, its gradient norm `exploded`."""
+    search = Search(SETTINGS, record(Planned(1.0, "watched")), False, exploded=exploded)
+    while not search.done:
+        for planned in search.take(2):
+            search.record(record(planned))
+    return search
+
+
 def test_a_clip_leads_when_the_smaller_rates_survive_only_by_not_training():
     """Smaller rates that are stable because their loss barely moves (stalled) show the rate
     can be made too small to fail, not that it trains: a clip at x1 whose loss falls keeps the
@@ -430,11 +440,7 @@ def test_a_clip_leads_when_the_smaller_rates_survive_only_by_not_training():
         losses = [2.0 - i / 20 if trains else 2.0 + 0.001 * (i % 2) for i in range(20)]
         return RunRecord(planned, oracle(planned), losses=losses, grad_norms=[5.0] * 20)
 
-    search = Search(SETTINGS, record(Planned(1.0, "watched")), False,
-                    exploded=Explosion(5.0, 5000.0))  # fmt: skip
-    while not search.done:
-        for planned in search.take(2):
-            search.record(record(planned))
+    search = _searched_with(record, Explosion(5.0, 5000.0))
     clip = next(f for f in findings(search) if f.category == "exploding_gradients")
     assert search.clip_run.clipped_steps == 20
     assert clip.remedy["keeps_the_rate"]
@@ -513,11 +519,7 @@ def test_a_clip_that_does_not_train_is_tried_tighter_and_leads_when_nothing_else
         losses = [2.0 - i / 20 for i in range(20)]
         return RunRecord(planned, oracle(planned), losses=losses, grad_norms=[5.0] * 20)
 
-    search = Search(SETTINGS, record(Planned(1.0, "watched")), False,
-                    exploded=Explosion(5.0, 5000.0))  # fmt: skip
-    while not search.done:
-        for planned in search.take(2):
-            search.record(record(planned))
+    search = _searched_with(record, Explosion(5.0, 5000.0))
     assert [r.planned.clip for r in search.clip_runs] == [10, 1]
     assert search.clip_run.verdict.verdict == "stable" and search.clip_run.clipped_steps == 20
     (clip,) = findings(search)

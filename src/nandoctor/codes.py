@@ -336,10 +336,12 @@ _CODES = (
         "the run at the original (or the stable) learning rate with gradients clipped at a "
         "value taken from the run's healthy gradient norms, or 10x or 100x tighter, trains over "
         "the whole horizon, and changed at least one step; it leads the learning rate only "
-        "when no smaller rate trained, when it changed few steps after a jump (not a growth) "
-        "of the gradient norm, or when it trains at the original rate and the script's own "
-        "clipping is switched off (`grad_clip=None`, a `--clip` defaulting to 0, its clipping "
-        "call commented out)",
+        "when no smaller rate trained (stable with its loss still falling: a smaller rate that "
+        "is stable only because the loss barely moved does not count), when it changed few "
+        "steps after a jump (not a growth) of the gradient norm, or when it trains at the "
+        "original rate and the script's own clipping is switched off (`grad_clip=None`, a "
+        "`--clip` defaulting to 0, its clipping call commented out or under an `if` on an "
+        "option that is false in this run)",
     ),
     Code(
         "EG502",
