@@ -8,6 +8,7 @@ from nandoctor.ranking import (
     apply_causal_rules,
     apply_verified_rules,
     at_the_producing_line,
+    at_the_written_value,
     growth_before_failure,
     rank_causes,
 )
@@ -246,3 +247,23 @@ def test_the_script_s_own_clip_that_never_acted_names_the_line_of_a_clip_the_swe
     [cause] = rank_causes([sweep, own])
     assert cause.location == Location("t.py", 12)
     assert cause.confidence == 0.92 and cause.verified_fix
+
+
+_HAND_SGD = """import argparse
+p = argparse.ArgumentParser()
+p.add_argument('--lr', type=float, default=0.1)
+args = p.parse_args()
+for w in params:
+    w.data.add_(w.grad, alpha=-args.lr)
+"""
+
+
+def test_a_hand_updated_rate_leads_at_its_line_or_says_the_command_line_gives_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(_HAND_SGD)
+    rate = dataclasses.replace(finding("learning_rate"), location=Location(str(script), 6))
+    (written,) = at_the_written_value([rate], (), hand_updated_in=str(script))
+    assert written.location.line == 3  # the argparse default
+    (given,) = at_the_written_value([rate], ("--lr", "5"), hand_updated_in=str(script))
+    assert given.location.line == 6  # nothing in the script to edit: the cause stays
+    assert given.evidence[-1].endswith("its rate is given on the command line (--lr 5)")

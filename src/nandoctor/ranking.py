@@ -621,8 +621,11 @@ def _at_the_hand_update_rate(finding: Finding, script: str, script_args) -> Find
     files = dict.fromkeys([script, *([finding.location.file] if finding.location else [])])
     found = ((f, hand_update_rate(f, tuple(script_args))) for f in files)
     file, written = next(((f, w) for f, w in found if w is not None), (None, None))
-    if written is None or written.how == "the command line":
+    if written is None:
         return finding
+    if written.how == "the command line":
+        note = f"the script updates its parameters itself; its rate is given on the command line ({written.code})"
+        return dataclasses.replace(finding, evidence=(*finding.evidence, note))
     note = f"the script updates its parameters itself; its rate is written at line {written.line} ({written.how})"
     if finding.location is not None:
         note += f"; the overflow came at {finding.location.short()}"
