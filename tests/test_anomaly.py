@@ -311,3 +311,15 @@ def test_recurrent_modules_are_recorded(nandoctor):
     assert result.report["status"] == "healthy", result.stdout
     recurrent = {r["type"]: r["chain"] for r in result.report["run"]["recurrent"]}
     assert recurrent == {"GRU": 12, "ElmanCell": 8}  # said once, when the chain reaches 8
+
+
+def test_the_optimizer_is_described_with_the_rate_its_failing_step_ran_at():
+    from nandoctor.stages.anomaly import describe_optimizer
+
+    built = {"type": "SGD", "settings": {"lr": 0.0, "momentum": 0.9}}
+    assert describe_optimizer(built) == "SGD(lr=0.0, momentum=0.9)"
+    warmed_up = {**built, "lr_at": (33, [0.01])}  # a warm-up from 0 had reached 0.01
+    assert describe_optimizer(warmed_up) == (
+        "SGD(lr=0.0, momentum=0.9); at step 33 its rate was 0.01 (a scheduler moved it)"
+    )
+    assert describe_optimizer({**built, "lr_at": (33, [0.0])}) == "SGD(lr=0.0, momentum=0.9)"

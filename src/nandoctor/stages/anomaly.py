@@ -155,13 +155,25 @@ def optimizer_of(watch, event: dict) -> dict | None:
     index = event.get("optimizer")
     if index is None and len(built) == 1:
         index = 0
-    return next((o for o in built if o["index"] == index), None)
+    found = next((o for o in built if o["index"] == index), None)
+    if found is None or len(built) != 1:
+        return found
+    # A scheduler (a warm-up from 0, a decay) moves the rate after construction: the rate the
+    # failing step ran at is the one the report can speak of.
+    stepped = [e for e in watch.all("step") if e.get("lr") and e["step"] <= event.get("step", 0)]
+    return {**found, "lr_at": (stepped[-1]["step"], stepped[-1]["lr"])} if stepped else found
 
 
 def describe_optimizer(optimizer: dict) -> str:
     settings = ", ".join(f"{k}={v}" for k, v in optimizer["settings"].items()
                          if k in ("lr", "eps", "betas", "momentum", "weight_decay"))  # fmt: skip
-    return f"{optimizer['type']}({settings})"
+    text = f"{optimizer['type']}({settings})"
+    step, lrs = optimizer.get("lr_at") or (None, None)
+    rates = [lr for lr in lrs or () if isinstance(lr, (int, float))]
+    if rates and any(lr != optimizer["settings"].get("lr") for lr in rates):
+        shown = ", ".join(f"{lr:.3g}" for lr in rates)
+        text += f"; at step {step} its rate was {shown} (a scheduler moved it)"
+    return text
 
 
 def finding_from(
