@@ -124,11 +124,22 @@ def test_a_blow_up_in_the_last_step_of_a_finished_run_still_counts():
 
 
 def test_repeated_loss_spikes_are_u1():
+    # each spike's update throws the weights: the batch after it is still far above the level
     losses = [1.0 / (1 + 0.05 * t) for t in range(40)]
-    losses[15] *= 1.6
-    losses[30] *= 1.6
+    for t in (15, 30):
+        losses[t] *= 1.6
+        losses[t + 1] *= 1.5
     verdict = _verdict(losses)
     assert (verdict.verdict, verdict.reason, verdict.pattern) == ("unstable", "U1", "spike")
+
+
+def test_one_step_loss_spikes_that_leave_the_next_batch_alone_are_the_batches():
+    # a heavy-tailed loss (a crowded image, a long sequence): the spike is that batch's, the
+    # very next batch is at the usual level, at any rate
+    losses = [1.0 / (1 + 0.05 * t) for t in range(40)]
+    for t in (12, 20, 27, 33):
+        losses[t] *= 3.0
+    assert _verdict(losses).verdict == "stable"
 
 
 def test_a_single_spike_that_recovers_is_stable():
@@ -344,6 +355,32 @@ def test_a_spiky_failure_gets_the_clip_experiment():
     assert search.clip_run is not None
     assert search.clip_run.multiplier == 1.0
     assert search.clip_run.verdict.verdict == "stable"
+
+
+@pytest.mark.parametrize("jump_at, clipped", [(27, True), (12, False)])
+def test_a_gradient_jump_just_before_x1_failed_gets_the_clip_experiment(jump_at, clipped):
+    """x1's norm jumped a few steps before it failed and was back down by the failure (momentum
+    carried that update): no "spike" pattern at the failure, but the clip is the question."""
+
+    def oracle(planned):
+        if planned.clip is not None or planned.multiplier <= 0.5:
+            return Verdict("stable", "", "loss 2 -> 1")
+        return Verdict("diverged", "D1", "nan", failure_step=30)
+
+    def record(planned):
+        norms = [5.0 + (i % 3) for i in range(30)]
+        if planned.multiplier == 1.0 and planned.clip is None:
+            norms[jump_at] = 200.0
+        return RunRecord(planned, oracle(planned), losses=[2.0 - i / 30 for i in range(30)],
+                         grad_norms=norms)  # fmt: skip
+
+    search = Search(SETTINGS, record(Planned(1.0, "watched")), False)
+    while not search.done:
+        for planned in search.take(2):
+            search.record(record(planned))
+    assert (search.clip_run is not None) is clipped
+    if clipped:
+        assert search.clip_run.multiplier == 1.0
 
 
 def test_a_run_that_took_much_memory_sweeps_one_candidate_at_a_time():

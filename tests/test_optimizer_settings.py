@@ -134,6 +134,34 @@ def test_a_rate_held_by_an_object_or_scaled_is_traced_to_the_number_a_user_edits
     assert where_written(str(script), 21, "momentum").line == 9  # the config's own entry
 
 
+def test_a_setting_read_from_an_object_a_class_built_is_traced_to_its_keyword(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""\
+        import torch
+        from dataclasses import dataclass, field
+        @dataclass
+        class Arguments:
+            learning_rate: float = field(default=1e-5, metadata={"help": "rate"})
+            adam_epsilon: float = 1e-8
+            weight_decay: float = 0.0
+        class Trainer:
+            def __init__(self):
+                self.args = Arguments(
+                    adam_epsilon=1e-8,
+                )
+            def create_optimizer(self, params):
+                return torch.optim.AdamW(params, lr=self.args.learning_rate, eps=self.args.adam_epsilon)
+        options = Arguments(weight_decay=0.1)
+        options.weight_decay = 10.0
+        optimizer = torch.optim.AdamW([], weight_decay=options.weight_decay)
+    """)
+    )
+    assert where_written(str(script), 14, "eps").line == 11  # the keyword the object was built with
+    assert where_written(str(script), 14, "lr").line == 5  # else the class's field default
+    assert where_written(str(script), 17, "weight_decay").line == 16  # a later override wins
+
+
 def test_an_option_with_two_names_is_stored_under_its_first_long_one(tmp_path):
     # argparse's own rule: `"--lr", "--learning-rate"` is `args.lr`, whatever the longer name
     script = tmp_path / "train.py"

@@ -53,6 +53,9 @@ def _followed(tree, lines, value: ast.AST, in_call: range, keyword: str, script_
             if (held := _self_attribute_value(tree, value)) is not None:
                 value = held  # `lr=self.alpha` -> `self.alpha = alpha` -> `MF(R, alpha=0.25)`
                 continue
+            if (held := _field_of_a_built_object(tree, value)) is not None:
+                value = held  # `eps=self.args.eps` -> `self.args = Arguments(eps=1e-8)`
+                continue
             return _option_or_entry(tree, lines, value, script_args)
         if (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
                 and value.func.id in ("float", "int") and len(value.args) == 1):  # fmt: skip
@@ -209,6 +212,45 @@ def _self_attribute_value(tree: ast.AST, value: ast.AST) -> ast.AST | None:
         return None
     held = _last_attribute_assignment(owner, attribute)
     return held if held is not value else None
+
+
+def _field_of_a_built_object(tree: ast.AST, value: ast.AST) -> ast.AST | None:
+    """`obj.key`, where `obj` (a name or `self.name`) holds the result of a call: the call's
+    `key=` argument, else the default its class, defined in the script, gives the field
+    (`key: float = 1e-8`, a dataclass's or a config class's). A keyword given to a class is the
+    attribute of that name for dataclasses, namedtuples, argparse and config namespaces."""
+    if not isinstance(value, ast.Attribute) or _dotted_assignment(tree, value) is not None:
+        return None  # `cfg.lr = 0.5` later in the script overrides what was built
+    holder = value.value
+    if isinstance(holder, ast.Name):
+        built = _value_of_name(tree, holder) or _module_assignment(tree, holder.id)
+    else:
+        built = _self_attribute_value(tree, holder) if _self_attribute(holder) else None
+    if not isinstance(built, ast.Call):
+        return None
+    given = next((k.value for k in built.keywords if k.arg == value.attr), None)
+    if given is not None:
+        return given
+    return _class_field_default(tree, _called_name(built), value.attr)
+
+
+def _class_field_default(tree: ast.AST, class_name: str, field: str) -> ast.AST | None:
+    """The default of `field: T = default` (or `field = default`) in the body of the script's
+    class `class_name`."""
+    owner = next((node for node in ast.walk(tree)
+                  if isinstance(node, ast.ClassDef) and node.name == class_name), None)  # fmt: skip
+    for statement in owner.body if owner is not None else ():
+        if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                and statement.target.id == field and statement.value is not None):  # fmt: skip
+            default = statement.value  # `lr: float = field(default=1e-5, metadata=...)`
+            if isinstance(default, ast.Call) and _called_name(default) == "field":
+                return next((k.value for k in default.keywords if k.arg == "default"), None)
+            return default
+        if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)
+                and statement.targets[0].id == field):  # fmt: skip
+            return statement.value
+    return None
 
 
 def _option_or_entry(tree, lines, value, script_args) -> WrittenAt | None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import gc
 import json
 import math
@@ -232,6 +233,7 @@ def _serve(
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     gc.disable()  # a collection would touch, and so copy, every object's memory
+    _return_free_heap_to_the_system()
     ending = []
     signal.signal(signal.SIGTERM, lambda *_: ending.append(True))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -269,6 +271,14 @@ def _serve(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
     os._exit(0)
+
+
+def _return_free_heap_to_the_system() -> None:
+    """A point outlives the run it copies, and then every page it holds is its own, the heap's
+    free chunks too (the allocator's cache of freed activations: ~70 MB on a 55M-parameter MLP).
+    glibc's malloc_trim hands them back; the watched run's copies are not touched."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def _same_user(connection: socket.socket) -> bool:
@@ -425,8 +435,6 @@ def release_openmp_threads() -> bool:
     `omp_pause_resource_all`), so that a forked copy starts a pool of its own instead of waiting
     forever on its parent's; this process starts new workers at its next parallel op, in about
     a millisecond. False when a runtime could not be paused, or none was found."""
-    import ctypes
-
     runtimes = _loaded_libraries(_OPENMP_RUNTIMES)
     if not runtimes:
         return False

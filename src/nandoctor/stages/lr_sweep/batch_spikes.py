@@ -15,11 +15,15 @@ rates.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from statistics import median
+from typing import TYPE_CHECKING
 
 from nandoctor.gradient_spikes import finite_number
-from nandoctor.stages.lr_sweep.search import RunRecord, Search, same
+
+if TYPE_CHECKING:  # the search asks `shared_jumps` whether to try a clip: no import cycle
+    from nandoctor.stages.lr_sweep.search import RunRecord, Search
 
 JUMP = 5.0  # a step's gradient norm this many times the median of the steps before it
 _WINDOW = 10  # the steps before a step that say what "usual" is
@@ -77,24 +81,37 @@ def late_loss(record: RunRecord) -> float | None:
     return median(values[-_LATE:]) if values else None
 
 
-def batch_spikes(search: Search) -> BatchSpikes | None:
-    """The evidence that gradient spikes, not the rate, broke x1, or None."""
-    base = search.baseline
-    failed_at = base.verdict.failure_step
+def smaller_rates(baseline: RunRecord, measured: list[RunRecord]) -> list[RunRecord]:
+    """The unclipped candidates below x1 that started where x1's record starts (same batches
+    at the same steps)."""
+    return [r for r in measured if r.planned.clip is None and r.multiplier < 1
+            and r.first_step == baseline.first_step]  # fmt: skip
+
+
+def shared_jumps(baseline: RunRecord, smaller: list[RunRecord]) -> dict[int, dict[float, float]]:
+    """{step: {multiplier: its jump}} for each step before x1's failure where x1's gradient norm
+    jumped and so did that of at least `_RATES_NEEDED` smaller rates, one of them at most
+    `_SMALLEST_NEEDED` x."""
+    failed_at = baseline.verdict.failure_step
     if failed_at is None:
-        return None
-    at_one = jumps_of(base, end=failed_at - base.first_step)
-    smaller = [r for r in search.measured() if r.planned.clip is None and r.multiplier < 1
-               and r.first_step == base.first_step]  # fmt: skip
+        return {}
+    at_one = jumps_of(baseline, end=failed_at - baseline.first_step)
     their_jumps = {r.multiplier: jumps_of(r) for r in smaller}
     shared = {}
     for step in sorted(at_one):
         rates = {m: found[step] for m, found in their_jumps.items() if step in found}
         if len(rates) >= _RATES_NEEDED and min(rates) <= _SMALLEST_NEEDED:
             shared[step] = {1.0: at_one[step], **rates}
+    return shared
+
+
+def batch_spikes(search: Search) -> BatchSpikes | None:
+    """The evidence that gradient spikes, not the rate, broke x1, or None."""
+    smaller = smaller_rates(search.baseline, search.measured())
+    shared = shared_jumps(search.baseline, smaller)
     if not shared:
         return None
-    trained = _clipped_past_the_failure(search, smaller, failed_at)
+    trained = _clipped_past_the_failure(search, smaller, search.baseline.verdict.failure_step)
     if trained is None:
         return None
     clip, clip_loss, rates_loss = trained
@@ -110,7 +127,7 @@ def _clipped_past_the_failure(
     rates = [loss for r in smaller if r.verdict.verdict != "diverged"
              and (loss := late_loss(r)) is not None]  # fmt: skip
     clipped = [(r, loss) for r in search.clip_runs
-               if same(r.multiplier, 1.0) and r.verdict.verdict in ("stable", "unstable")
+               if math.isclose(r.multiplier, 1.0) and r.verdict.verdict in ("stable", "unstable")
                and r.first_step + r.steps > failed_at and (loss := late_loss(r)) is not None]  # fmt: skip
     if not rates or not clipped:
         return None

@@ -122,9 +122,14 @@ def construction(search: Search) -> tuple[list[dict], list[dict]]:
 
 
 def recommended_lrs(search: Search, optimizers: list[dict]) -> list[dict]:
+    """Each optimizer's rates times the recommendation: the constructor's, or the peak a
+    schedule moved them to (`peak: true`) when it was built with another (a warm-up from 0)."""
     m = search.recommended
     if m is None:
         return []
+    if (peak := _moved_peak_rate(search.baseline, optimizers)) is not None:
+        return [{"optimizer": optimizers[0].get("class_name"),
+                 "location": optimizers[0].get("location"), "lrs": [peak[0] * m], "peak": True}]  # fmt: skip
     return [
         {
             "optimizer": opt.get("class_name"),
@@ -284,6 +289,8 @@ def _learning_rate_finding(search: Search) -> Finding:
     )
 
 
+_MOVED = 2.0  # a schedule moved the rate when it ran this x above the constructor's
+
 # Schedulers whose own arguments (max_lr, base_lr) set the learning rate, not the optimizer's lr.
 _SETS_ITS_OWN_LR = ("OneCycleLR", "CyclicLR")
 
@@ -302,11 +309,16 @@ def fix_text(search: Search, optimizers: list[dict], schedulers: list[dict]) -> 
     if not optimizers:
         return f"multiply every learning rate of the script by {m:.3g}"
     parts = []
+    peak = _moved_peak_rate(search.baseline, optimizers)
     for opt in optimizers:
         lrs = [lr for lr in opt.get("lrs", []) if lr is not None]
         if not lrs:
             continue
-        if len(set(lrs)) == 1:
+        if peak is not None:
+            rate, step = peak
+            change = (f"its rate peaked at {rate:.3g} (step {step}; built with lr={lrs[0]:.3g}, "
+                      f"the script's schedule moves it): make that peak {rate * m:.3g} ({factor})")  # fmt: skip
+        elif len(set(lrs)) == 1:
             change = f"lr={lrs[0] * m:.3g} ({factor} of {lrs[0]:.3g})"
         else:
             new = ", ".join(f"{lr * m:.3g}" for lr in lrs)
@@ -321,6 +333,22 @@ def fix_text(search: Search, optimizers: list[dict], schedulers: list[dict]) -> 
             "e.g. a max_lr or base_lr argument)"
         )
     return text
+
+
+def _moved_peak_rate(baseline, optimizers: list[dict]) -> tuple[float, int] | None:
+    """(the highest rate x1 ran at, its step) when one optimizer with one rate ran at rates a
+    schedule set far from the one it was built with (a warm-up from lr=0): scaling the
+    constructor's number would say nothing."""
+    if len(optimizers) != 1 or len(set(optimizers[0].get("lrs") or [None])) != 1:
+        return None
+    built = optimizers[0]["lrs"][0]
+    rates = [(max(lrs), baseline.first_step + i) for i, lrs in enumerate(baseline.lrs)
+             if lrs and all(lr is not None for lr in lrs)]  # fmt: skip
+    if built is None or not rates:
+        return None
+    rate = max(r for r, _ in rates)
+    step = min(s for r, s in rates if r == rate)
+    return (rate, step) if rate > _MOVED * built else None
 
 
 def _at(location: dict | None) -> str:

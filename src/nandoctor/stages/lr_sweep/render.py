@@ -96,7 +96,8 @@ def _answer(details: dict) -> list[Text]:
             loc = Location.from_dict(opt.get("location"))
             where = f" at {loc.short()}" if loc else ""
             lrs = ", ".join(_number(lr) for lr in opt.get("lrs", []))
-            lines.append(Text(f"   {opt.get('optimizer')}{where}: lr {lrs}"))
+            what = "peak lr" if opt.get("peak") else "lr"
+            lines.append(Text(f"   {opt.get('optimizer')}{where}: {what} {lrs}"))
     elif conclusion == INSENSITIVE:
         text = (
             "the learning rate is not the cause: every multiplier fails at about the same "

@@ -216,8 +216,9 @@ def record_from(
             skipped_steps=sum(1 for e in amp if e["skipped"]),
             min_scale=min((e["scale"] for e in amp), default=None),
             clipped=planned.clip is not None,
+            first_step=first_step,
         )
-    if verdict.failure_step is not None:
+    if verdict.failure_step is not None and error:
         verdict = dataclasses.replace(verdict, failure_step=verdict.failure_step + first_step)
     return RunRecord(
         planned=planned,

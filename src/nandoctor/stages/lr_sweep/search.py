@@ -14,7 +14,8 @@ a safety margin (1/sqrt 2 when refined and the horizon reached 1.5x the failure,
 the largest multiplier already run stable at or below that, else run once to verify it. Clip
 experiment: a run that failed through spikes rather than steady growth (or at all, in a
 recurrent model, after x1's gradient norm exploded, or when x1 failed too soon to tell) is
-re-run with gradient clipping.
+re-run with gradient clipping; so is x1 when its gradient norm jumped at the steps where the
+smaller rates' jumped too (the same batches at every rate).
 """
 
 from __future__ import annotations
@@ -24,12 +25,16 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING
 
+from nandoctor.stages.lr_sweep.batch_spikes import jumps_of, shared_jumps, smaller_rates
 from nandoctor.stages.lr_sweep.verdicts import Explosion, Verdict
 
 if TYPE_CHECKING:
     from nandoctor.stages.lr_sweep import Settings
 
 HALVING, REFINE, VERIFY, CLIP, DONE = "halving", "refine", "verify", "clip", "done"
+# A gradient-norm jump this many steps or fewer before x1's failure is what drove it: momentum
+# carries one update over the next steps, and the norm itself may be back down by the failure.
+_JUMP_LEAD = 5
 
 
 @dataclass(frozen=True)
@@ -395,6 +400,20 @@ class Search:
         so whether clipping alone lets it keep its rate is the question to ask."""
         return record is self.baseline and record.steps < self.settings.clip_min_steps
 
+    def _jumped_before_failing(self, record: RunRecord) -> bool:
+        """x1's gradient norm jumped in the last steps before it failed (the update that step
+        drove is what threw the weights; the norm may be back down by the failure itself), or
+        at steps where the smaller rates' jumped too (the same batches at every rate,
+        `batch_spikes`). Whether a clip alone lets x1 train is the question that tells a
+        spike from a rate too high."""
+        if record is not self.baseline or record.verdict.failure_step is None:
+            return False
+        failed_at = record.verdict.failure_step
+        jumps = jumps_of(record, end=failed_at - record.first_step)
+        return any(step >= failed_at - _JUMP_LEAD for step in jumps) or bool(
+            shared_jumps(record, smaller_rates(record, self.measured()))
+        )
+
     def _plan_clip(self) -> bool:
         """Re-run the largest multiplier that failed through spikes (or failed at all, in a
         recurrent model or after x1's gradient norm exploded) with gradients clipped at a value
@@ -404,7 +423,7 @@ class Search:
             return False
         spiky = [r for r in self.measured() if r.verdict.failing
                  and (r.verdict.pattern == "spike" or self.recurrent or self.exploded
-                      or self._too_short_to_tell(r))]  # fmt: skip
+                      or self._too_short_to_tell(r) or self._jumped_before_failing(r))]  # fmt: skip
         if not spiky:
             return False
         target = max(spiky, key=lambda r: r.multiplier)

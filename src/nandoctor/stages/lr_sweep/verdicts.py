@@ -20,14 +20,16 @@ the first k0 = min(5, H/10) losses, or the very first loss (taken before any upd
   `spike_ratio` (1.25) x), or one spike of `big_spike_ratio` x after which neither the smoothed
   loss nor the median of the raw losses came back to where the smoothed loss was before the
   spike within max(10, H/10) steps. On runs longer than
-  200 steps the spikes needed grow to `spikes_per_step` (1 %) of the steps. An early rise that
-  ends below the first loss is the catapult phase: stable, with a warning.
+  200 steps the spikes needed grow to `spikes_per_step` (1 %) of the steps. A spike counts only
+  when the next step is above the threshold too (`lasting`): a one-step spike that leaves the
+  next batch at its usual level is that batch's (a heavy-tailed loss), at any rate. An early
+  rise that ends below the first loss is the catapult phase: stable, with a warning.
 - U2 unstable: the loss grows over the second half (Theil-Sen slope > 0) and its last quarter
   sits above `growth_factor` (1.25) x the best smoothed loss, and above it by more than
   `runaway_sigmas` sigmas of the minibatch noise.
 - U3 unstable: the gradient norm of the last quarter is `grad_growth_factor` (10) x that of the
   first quarter, or `grad_spikes` (3) gradient-norm spikes (6 sigmas and 3x the level; more
-  on long runs, as for U1). Not in a run whose gradients the sweep clipped: the norm is
+  on long runs, and lasting, as for U1). Not in a run whose gradients the sweep clipped: the norm is
   recorded before the clip, which bounds what the update takes of it, so only the loss tells
   whether that run trains.
 - U4 unstable: a GradScaler skipped more than max(`scaler_min_skips`, `scaler_skip_fraction`
@@ -36,6 +38,7 @@ the first k0 = min(5, H/10) losses, or the very first loss (taken before any upd
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from statistics import median
@@ -103,12 +106,28 @@ def spike_steps(
     robust sigmas of the step-to-step changes (a trend is not noise) and by `ratio` x."""
     found = []
     for t in range(8, len(values)):
-        before = values[max(0, t - window) : t]
-        level = median(before[-5:])
-        noise = change_sigma(before)
-        if values[t] > level + sigmas * noise and values[t] > ratio * abs(level):
-            found.append((t, level))
+        if _above(values, t, t, sigmas, ratio, window):
+            found.append((t, median(values[max(0, t - window) : t][-5:])))
     return found
+
+
+def _above(values: list[float], t: int, at: int, sigmas: float, ratio: float, window: int) -> bool:
+    """values[at] is above the spike threshold of the steps before step t."""
+    before = values[max(0, t - window) : t]
+    level = median(before[-5:])
+    return values[at] > level + sigmas * change_sigma(before) and values[at] > ratio * abs(level)
+
+
+def lasting(
+    values: list[float], found: list[tuple[int, float]], sigmas: float, ratio: float, window: int
+) -> list[tuple[int, float]]:
+    """The spikes of `found` whose next step was still above the threshold: the update it drove
+    moved the weights far enough to show on the next batch. A one-step spike that leaves the
+    next batch at its usual level is that batch's (a heavy-tailed loss: a crowded image, a rare
+    long sequence); a rate too high shows in what the update does after it. A spike at the last
+    step cannot be told and counts."""
+    return [(t, level) for t, level in found
+            if t + 1 >= len(values) or _above(values, t, t + 1, sigmas, ratio, window)]  # fmt: skip
 
 
 def failure_pattern(grad_norms: list[float | None]) -> str | None:
@@ -155,15 +174,30 @@ def classify(
     skipped_steps: int = 0,
     min_scale: float | None = None,
     clipped: bool = False,
+    first_step: int = 0,
 ) -> Verdict:
-    """The verdict of one (possibly partial) run; every rule is documented in the module."""
+    """The verdict of one (possibly partial) run; every rule is documented in the module.
+    The histories start at step `first_step` (a run resumed from a rewind point); the verdict's
+    failure step, and the step its detail names, count from step 0."""
+    verdict = _judged(losses, grad_norms, settings, horizon, nonfinite_step, skipped_steps,
+                      min_scale, clipped)  # fmt: skip
+    if verdict.failure_step is None:
+        return verdict
+    step = verdict.failure_step + first_step
+    return dataclasses.replace(verdict, failure_step=step, detail=verdict.detail.format(step=step))
+
+
+def _judged(losses, grad_norms, settings, horizon, nonfinite_step, skipped_steps, min_scale,
+            clipped) -> Verdict:  # fmt: skip
+    """`classify` on steps counted from the histories' start; a detail names the failure step
+    as `{step}`."""
     if nonfinite_step is not None:
-        detail = f"NaN/Inf at step {nonfinite_step}"
+        detail = "NaN/Inf at step {step}"
         return Verdict("diverged", "D1", detail, nonfinite_step, failure_pattern(grad_norms))
     values = [v for v in losses if v is not None]
     bad = next((t for t, v in enumerate(values) if not math.isfinite(v)), None)
     if bad is not None:
-        return Verdict("diverged", "D1", f"NaN/Inf at step {bad}", bad, "growth")
+        return Verdict("diverged", "D1", "NaN/Inf at step {step}", bad, "growth")
     grads = [g for g in grad_norms if g is not None and math.isfinite(g)]
     if not values and not grads:
         return Verdict("error", "error", "no optimizer step completed")
@@ -222,7 +256,7 @@ def _blow_up(values, grads, settings, horizon, *, partial: bool = False) -> Verd
             blown = smooth[t] - best > 3 * max(initial - best, 10 * sigma, 1e-12)
         if blown and _persists(values[t : t + _PERSIST], best, settings, partial):
             ratio = f"{smooth[t] / best:.3g}x its best" if best > 0 else "far above its best"
-            return Verdict("diverged", "D2", f"smoothed loss {ratio} at step {t}", t,
+            return Verdict("diverged", "D2", f"smoothed loss {ratio} at step {{step}}", t,
                            failure_pattern(grads[: t + 1]))  # fmt: skip
     return None
 
@@ -287,7 +321,7 @@ def _early_rise(values, grads, settings, horizon) -> Verdict | None:
     if _smooth(values, horizon)[-1] < values[0]:
         return None  # it recovered: `_warning` notes the early rise
     detail = (
-        f"loss jumped to {values[peak_at] / values[0]:.3g}x its start at step {peak_at} "
+        f"loss jumped to {values[peak_at] / values[0]:.3g}x its start at step {{step}} "
         "and never came back below it"
     )
     return Verdict("unstable", "U1", detail, peak_at, "spike")
@@ -307,11 +341,13 @@ def _spikes(values, grads, settings, horizon) -> Verdict | None:
         if big and judged and not _recovered_from(values, smooth, t, recovery):
             unrecovered.append(t)
     needed = _spikes_needed(2, len(values), settings)
+    found = lasting(values, found, settings.spike_sigmas, settings.spike_ratio,
+                    settings.spike_window)  # fmt: skip
     if len(found) < needed and not unrecovered:
         return None
     t = unrecovered[0] if unrecovered else found[needed - 1][0]
     what = "a loss spike that did not recover" if unrecovered else f"{len(found)} loss spikes"
-    return Verdict("unstable", "U1", f"{what} (step {t})", t, "spike")
+    return Verdict("unstable", "U1", f"{what} (step {{step}})", t, "spike")
 
 
 def _recovered_from(values: list[float], smooth: list[float], t: int, recovery: int) -> bool:
@@ -353,6 +389,7 @@ def _gradient_rules(grads: list[float], settings: Settings) -> Verdict | None:
         detail = f"gradient norm grew {late / early:.3g}x"
         return Verdict("unstable", "U3", detail, len(grads) - quarter, "growth")
     found = spike_steps(grads, settings.spike_sigmas, 3.0, settings.spike_window)
+    found = lasting(grads, found, settings.spike_sigmas, 3.0, settings.spike_window)
     needed = _spikes_needed(settings.grad_spikes, len(grads), settings)
     if len(found) >= needed:
         detail = f"{len(found)} gradient-norm spikes"
