@@ -202,6 +202,19 @@ def test_a_clipped_run_is_judged_by_its_loss_not_its_gradient_norm_before_the_cl
     assert _verdict(blowing_up, grads, clipped=True).failing
 
 
+def test_a_run_resumed_from_a_rewind_point_names_its_failure_step_counted_from_step_0():
+    losses = [1.0, 0.9, 0.8, float("nan")]
+    verdict = classify(losses, [1.0] * 4, SETTINGS, horizon=10, first_step=30)
+    assert (verdict.failure_step, verdict.detail) == (33, "NaN/Inf at step 33")
+    spikes = [1.0 / (1 + 0.05 * t) for t in range(40)]
+    for t in (15, 30):
+        spikes[t] *= 1.6
+        spikes[t + 1] *= 1.5
+    verdict = classify(spikes, [1.0] * 40, SETTINGS, horizon=40, first_step=100)
+    assert verdict.detail.endswith(f"(step {verdict.failure_step})")
+    assert verdict.failure_step >= 100
+
+
 def test_a_grad_scaler_that_keeps_skipping_is_u4():
     losses = [1.0 / (1 + 0.05 * t) for t in range(40)]
     assert _verdict(losses, skipped_steps=5).reason == "U4"
@@ -381,6 +394,25 @@ def test_a_gradient_jump_just_before_x1_failed_gets_the_clip_experiment(jump_at,
     assert (search.clip_run is not None) is clipped
     if clipped:
         assert search.clip_run.multiplier == 1.0
+
+
+def test_a_rate_a_schedule_moved_from_the_constructors_is_fixed_at_its_peak():
+    """A warm-up from lr=0: scaling the constructor's 0 says nothing; the peak x1 ran at does."""
+    from nandoctor.stages.lr_sweep.conclusions import fix_text, recommended_lrs
+
+    warm_up = [[0.0], [0.005], [0.01], [0.01]]
+    baseline = RunRecord(Planned(1.0, "watched"), Verdict("diverged", "D1", "nan", 3),
+                         first_step=10, losses=[1.0] * 4, grad_norms=[1.0] * 4, lrs=warm_up)  # fmt: skip
+    search = Search(SETTINGS, baseline, False)
+    search.recommended = 0.5
+    optimizers = [{"class_name": "SGD", "location": None, "lrs": [0.0]}]
+    assert "peaked at 0.01 (step 12; built with lr=0" in fix_text(search, optimizers, [])
+    assert "make that peak 0.005" in fix_text(search, optimizers, [])
+    assert recommended_lrs(search, optimizers) == [
+        {"optimizer": "SGD", "location": None, "lrs": [0.005], "peak": True}
+    ]
+    built_at_its_rate = [{"class_name": "SGD", "location": None, "lrs": [0.01]}]
+    assert "lr=0.005 (×1/2 of 0.01)" in fix_text(search, built_at_its_rate, [])
 
 
 def test_a_run_that_took_much_memory_sweeps_one_candidate_at_a_time():
