@@ -531,12 +531,16 @@ def _clip_skipped_in_this_run(tree, lines, script_args) -> WrittenAt | None:
     in other configurations only; the `if` is the line to change."""
     for node in ast.walk(tree):
         if (isinstance(node, ast.If)
-                and any(_called_name(call).startswith(_CLIP_CALL_PREFIX)
-                        for statement in node.body for call in ast.walk(statement)
-                        if isinstance(call, ast.Call))
+                and any(_clipping_calls(statement) for statement in node.body)
                 and _false_in_this_run(node.test, tree, script_args) is True):  # fmt: skip
             return WrittenAt(node.lineno, lines[node.lineno - 1].strip(), SKIPPED_CLIP)
     return None
+
+
+def _clipping_calls(node: ast.AST) -> list[ast.Call]:
+    """The gradient-clipping calls in `node` (`clip_grad_norm_`, a script's `clip_gradient`)."""
+    return [call for call in ast.walk(node) if isinstance(call, ast.Call)
+            and _called_name(call).startswith(_CLIP_CALL_PREFIX)]  # fmt: skip
 
 
 def _false_in_this_run(test: ast.AST, tree, script_args) -> bool | None:
@@ -631,8 +635,7 @@ def clipping_call(file: str) -> WrittenAt | None:
     tree, lines = _parse(file)
     if tree is None:
         return None
-    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-             and _called_name(node).startswith(_CLIP_CALL_PREFIX)]  # fmt: skip
+    calls = _clipping_calls(tree)
     return _at(calls[0], lines, "the clipping call") if len(calls) == 1 else None
 
 

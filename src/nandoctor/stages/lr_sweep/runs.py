@@ -218,7 +218,7 @@ def record_from(
             clipped=planned.clip is not None,
             first_step=first_step,
         )
-    if verdict.failure_step is not None and error:
+    if verdict.failure_step is not None and error:  # `classify` counts from step 0 itself
         verdict = dataclasses.replace(verdict, failure_step=verdict.failure_step + first_step)
     return RunRecord(
         planned=planned,

@@ -106,16 +106,20 @@ def spike_steps(
     robust sigmas of the step-to-step changes (a trend is not noise) and by `ratio` x."""
     found = []
     for t in range(8, len(values)):
-        if _above(values, t, t, sigmas, ratio, window):
-            found.append((t, median(values[max(0, t - window) : t][-5:])))
+        level, threshold = _spike_threshold(values, t, sigmas, ratio, window)
+        if values[t] > threshold:
+            found.append((t, level))
     return found
 
 
-def _above(values: list[float], t: int, at: int, sigmas: float, ratio: float, window: int) -> bool:
-    """values[at] is above the spike threshold of the steps before step t."""
+def _spike_threshold(
+    values: list[float], t: int, sigmas: float, ratio: float, window: int
+) -> tuple[float, float]:
+    """(level, threshold) of the steps before step t: their recent median, and what a value must
+    exceed to be a spike (`sigmas` robust sigmas of their changes above it, and `ratio` x it)."""
     before = values[max(0, t - window) : t]
     level = median(before[-5:])
-    return values[at] > level + sigmas * change_sigma(before) and values[at] > ratio * abs(level)
+    return level, max(level + sigmas * change_sigma(before), ratio * abs(level))
 
 
 def lasting(
@@ -126,8 +130,8 @@ def lasting(
     next batch at its usual level is that batch's (a heavy-tailed loss: a crowded image, a rare
     long sequence); a rate too high shows in what the update does after it. A spike at the last
     step cannot be told and counts."""
-    return [(t, level) for t, level in found
-            if t + 1 >= len(values) or _above(values, t, t + 1, sigmas, ratio, window)]  # fmt: skip
+    return [(t, level) for t, level in found if t + 1 >= len(values)
+            or values[t + 1] > _spike_threshold(values, t, sigmas, ratio, window)[1]]  # fmt: skip
 
 
 def failure_pattern(grad_norms: list[float | None]) -> str | None:
