@@ -5,10 +5,13 @@ Two manifests: `corpus/manifest.yaml` is the dev split (rules may be tuned on it
 tune a rule. Runs `python -m nandoctor run SCRIPT --json REPORT [-- args]` on every script and
 compares the report with the label: top-1 and top-3 category, the top cause's line against
 the culprit line, false alarms on the healthy scripts, sick scripts called healthy (or
-inconclusive), top causes with a verified fix, and the wall time per script.
+inconclusive), top causes with a verified fix, and the wall time per script. `--reports DIR`
+keeps each script's JSON report there (`test__learning_rate__x.json`), to read why a script
+came out as it did without running it again.
 
     python benchmarks/corpus_accuracy.py [--split dev|test|all] [--profile standard] [--jobs 2]
                                          [--only data,healthy/] [--json results.json]
+                                         [--reports DIR]
     python benchmarks/corpus_accuracy.py --plain    # check the labels with plain python
 
 `--plain` runs every script with plain python and checks that the buggy ones print NaN/Inf
@@ -30,6 +33,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -240,7 +244,7 @@ def run_plain(entry: Entry, expect_nonfinite: bool) -> Outcome:
     return outcome
 
 
-def run_nandoctor(entry: Entry, profile: str) -> Outcome:
+def run_nandoctor(entry: Entry, profile: str, reports: Path | None = None) -> Outcome:
     outcome = Outcome(entry.path, entry.category, culprit_line=entry.culprit_line)
     with tempfile.TemporaryDirectory(prefix="corpus-run-") as scratch:
         report_path = Path(scratch) / "report.json"
@@ -273,6 +277,9 @@ def run_nandoctor(entry: Entry, profile: str) -> Outcome:
             outcome.false_alarm = True if entry.healthy else None
             return outcome
         report = json.loads(report_path.read_text())
+        if reports is not None:  # kept to read why a script came out as it did
+            kept = reports / entry.path.replace("/", "__")
+            shutil.copyfile(report_path, kept.with_suffix(".json"))
     score(entry, report, outcome)
     if outcome.missed and not run_plain(entry, expect_nonfinite=True).top1:
         # Called healthy, and plain python printed no NaN/Inf here either: the label does not
@@ -456,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated categories, paths or path prefixes")
     parser.add_argument("--plain", action="store_true", help="check the labels with plain python")
     parser.add_argument("--json", type=Path, help="write the per-script results and summary here")
+    parser.add_argument("--reports", type=Path, help="keep every script's JSON report in this folder")
     args = parser.parse_args(argv)
 
     splits = ("dev", "test") if args.split == "all" else (args.split,)
@@ -463,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     if not entries:
         parser.error(f"--only {args.only!r} matches no script")
     has_cuda = cuda_available()
+    if args.reports is not None:
+        args.reports.mkdir(parents=True, exist_ok=True)
 
     def run_one(entry: Entry) -> Outcome:
         reason = skip_reason(entry, has_cuda)
@@ -479,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.plain:
             outcome = run_plain(entry, expect_nonfinite=not entry.healthy)
         else:
-            outcome = run_nandoctor(entry, args.profile)
+            outcome = run_nandoctor(entry, args.profile, args.reports)
         print(f"  {mark(outcome.top1):4} {entry.path} ({outcome.seconds:.1f} s)", file=sys.stderr)
         return outcome
 

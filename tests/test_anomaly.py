@@ -323,3 +323,6 @@ def test_the_optimizer_is_described_with_the_rate_its_failing_step_ran_at():
         "SGD(lr=0.0, momentum=0.9); at step 33 its rate was 0.01 (a scheduler moved it)"
     )
     assert describe_optimizer({**built, "lr_at": (33, [0.0])}) == "SGD(lr=0.0, momentum=0.9)"
+    # param groups built at their own rates (a backbone at a tenth): no scheduler moved them
+    groups = {"type": "SGD", "settings": {"lr": 0.02}, "lrs": [0.002, 0.02]}
+    assert describe_optimizer({**groups, "lr_at": (10, [0.002, 0.02])}) == "SGD(lr=0.02)"

@@ -27,6 +27,7 @@ from nandoctor.stages.lr_sweep.search import (
     RunRecord,
     Search,
     clip_value,
+    optimizer_sites,
     round_down,
     round_down_125,
 )
@@ -398,7 +399,10 @@ def test_a_gradient_jump_just_before_x1_failed_gets_the_clip_experiment(jump_at,
 
 def test_a_rate_a_schedule_moved_from_the_constructors_is_fixed_at_its_peak():
     """A warm-up from lr=0: scaling the constructor's 0 says nothing; the peak x1 ran at does."""
+    from types import SimpleNamespace
+
     from nandoctor.stages.lr_sweep.conclusions import fix_text, recommended_lrs
+    from nandoctor.stages.lr_sweep.runs import _watched_optimizers
 
     warm_up = [[0.0], [0.005], [0.01], [0.01]]
     baseline = RunRecord(Planned(1.0, "watched"), Verdict("diverged", "D1", "nan", 3),
@@ -413,6 +417,11 @@ def test_a_rate_a_schedule_moved_from_the_constructors_is_fixed_at_its_peak():
     ]
     built_at_its_rate = [{"class_name": "SGD", "location": None, "lrs": [0.01]}]
     assert "lr=0.005 (×1/2 of 0.01)" in fix_text(search, built_at_its_rate, [])
+    # groups built at their own rates, the watched run's as the optimizer event records them
+    groups = _watched_optimizers(SimpleNamespace(all=lambda kind: [
+        {"type": "Adam", "settings": {"lr": 0.001}, "groups": 2, "lrs": [0.001, 0.01]}]))  # fmt: skip
+    search.baseline.lrs[:] = [[0.001, 0.01]] * 4
+    assert "per param group lr=0.0005, 0.005 (×1/2 of 0.001, 0.01)" in fix_text(search, groups, [])
 
 
 def test_a_run_that_took_much_memory_sweeps_one_candidate_at_a_time():
@@ -670,6 +679,31 @@ def test_a_script_whose_rare_batches_jump_at_every_rate_is_told_to_clip(nandocto
     assert causes[0]["location"]["line"] == line_of(script, "loss.backward()")
     rates = [c for c in causes if c["category"] == "learning_rate"]
     assert all(c["confidence"] < causes[0]["confidence"] for c in rates)
+
+
+def test_optimizer_sites_are_the_lines_that_built_optimizers_with_a_rate():
+    at = lambda line, lrs: {"location": {"file": "t.py", "line": line}, "lrs": lrs}  # noqa: E731
+    # a fresh optimizer every round at line 5 is one line to change; no rate, no line
+    built = [at(5, [0.1]), at(9, [None]), at(5, [0.1]), at(7, [0.01, 0.02]), {"lrs": [1.0]}]
+    assert optimizer_sites(built) == [("t.py", 5), ("t.py", 7)]
+
+
+def test_of_two_optimizers_the_rate_the_failure_needs_lowered_is_named(nandoctor):
+    # The decoder's rate is far above the encoder's: the recommendation applied to each
+    # optimizer's rate alone trains only on the decoder's, so the cause is located at the
+    # decoder's rate and its fix leaves the encoder's as it is.
+    script = "lr_two_optimizers.py"
+    result = nandoctor("run", script)
+    assert result.exit_code == 1
+    top = result.report["causes"][0]
+    assert (top["category"], top["code"]) == ("learning_rate", "LR501")
+    assert top["verified_fix"] is True
+    assert top["location"]["line"] == line_of(script, "--lr-decoder")
+    assert "the other optimizers' rates can stay as they are" in top["fix"]
+    runs = result.report["stages"]["lr_sweep"]["runs"]
+    alone = {r["only_optimizers_at"]["line"]: r["verdict"] for r in runs if r["purpose"] == "alone"}
+    built = line_of(script, "optimizer_encoder = ")
+    assert alone == {built: "diverged", built + 1: "stable"}
 
 
 def test_clip_and_rounding_helpers():

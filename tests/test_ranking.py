@@ -145,8 +145,8 @@ def test_clipping_that_trains_at_the_original_rate_outranks_a_smaller_rate():
 
 
 def test_clipping_that_trains_at_the_rate_leads_when_the_scripts_own_clip_is_switched_off():
-    """The clip shrank most updates (no sign of rare spikes), so on its own it stays below the
-    smaller rate; with the script's own clipping switched off, turning it on is the fix that
+    """The clip shrank more than a quarter of the updates (too many for rare spikes), so on
+    its own it stays below the smaller rate; with the script's own clipping switched off, turning it on is the fix that
     keeps the rate the script was written for."""
     from nandoctor.source_values import WrittenAt
 

@@ -335,6 +335,8 @@ class WatchSession:
         optimizer._nandoctor_index = index = len(self._constructed)
         self._constructed.append(weakref.ref(optimizer))
         location = find_construction_frame(optimizer)
+        # the line that built it: a sweep run may lower the rates built at one line only
+        optimizer._nandoctor_site = (location.file, location.line) if location else None
         defaults = {k: _plain(v) for k, v in optimizer.defaults.items()
                     if k in _REPORTED_SETTINGS}  # fmt: skip
         self.events.emit(
@@ -347,6 +349,7 @@ class WatchSession:
             own_step=_step_written_by_the_user(optimizer),
             # a group may carry an lr its defaults lack: the rate is what the groups hold
             has_rate=any(group.get("lr") is not None for group in optimizer.param_groups),
+            lrs=[_as_float(group.get("lr")) for group in optimizer.param_groups],
         )
 
     def _compile_used(self) -> None:

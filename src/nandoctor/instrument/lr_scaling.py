@@ -1,4 +1,5 @@
-"""Scale every optimizer's learning rate by one multiplier around each step (sweep runs).
+"""Scale every optimizer's learning rate by one multiplier around each step (sweep runs), or
+only the rates of the optimizers one line of the script built.
 
 The global step pre-hook multiplies each param group's `lr` and the post-hook puts the original
 object back, so the script's schedulers, warmup and per-group ratios see the unscaled values
@@ -43,9 +44,12 @@ class LrScaling:
         multiplier: float = 1.0,
         clip: float | None = None,
         stop_file: str | None = None,
+        only_site: tuple[str, int] | None = None,
     ) -> None:
         self.session = session
         self.multiplier = multiplier
+        # (file, line): only optimizers built there are scaled (the session tags each one)
+        self.only_site = tuple(only_site) if only_site else None
         self.clip = clip
         self.stop_file = stop_file
         # id(param group) -> its original lr object, while a step is under way. A wrapper
@@ -83,7 +87,7 @@ class LrScaling:
             # Registered now, after the session's post-hook, so that hook reads the scaled lr.
             self._post_handle = register_optimizer_step_post_hook(self._after_step)
         scaled = []
-        for group in optimizer.param_groups:
+        for group in self._groups_to_scale(optimizer):
             if id(group) in self._scaled or "lr" not in group:
                 continue
             self._scaled[id(group)] = group["lr"]  # the object itself: a Tensor lr is mutated
@@ -95,6 +99,14 @@ class LrScaling:
             # the gradient norm before clipping by then.
             self._clipped.add(id(optimizer))
             optimizer.register_step_pre_hook(self._clip_gradients)
+
+    def _groups_to_scale(self, optimizer) -> list[dict]:
+        if (
+            self.only_site is not None
+            and getattr(optimizer, "_nandoctor_site", None) != self.only_site
+        ):
+            return []
+        return optimizer.param_groups
 
     def _after_step(self, optimizer, args, kwargs) -> None:
         for index in range(len(self._steps) - 1, -1, -1):

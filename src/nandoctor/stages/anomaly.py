@@ -170,7 +170,10 @@ def describe_optimizer(optimizer: dict) -> str:
     text = f"{optimizer['type']}({settings})"
     step, lrs = optimizer.get("lr_at") or (None, None)
     rates = [lr for lr in lrs or () if isinstance(lr, (int, float))]
-    if rates and any(lr != optimizer["settings"].get("lr") for lr in rates):
+    # per param group, against the rates the groups were built with (a backbone group at a
+    # tenth of the head's rate is the script's choice, not a scheduler's move)
+    built = optimizer.get("lrs") or [optimizer["settings"].get("lr")] * len(rates)
+    if rates and any(lr != was for lr, was in zip(rates, built, strict=False)):
         shown = ", ".join(f"{lr:.3g}" for lr in rates)
         text += f"; at step {step} its rate was {shown} (a scheduler moved it)"
     return text

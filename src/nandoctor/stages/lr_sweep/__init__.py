@@ -150,6 +150,7 @@ def install_probe(session, options) -> None:
         multiplier=float(extra.get("multiplier", options.lr_multiplier)),
         clip=extra.get("clip"),
         stop_file=extra.get("stop_file"),
+        only_site=extra.get("site"),
     )
     scaling.install()
     session.hooks.add_undo(scaling.remove)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 from nandoctor.report.model import Finding, Location
 from nandoctor.stages.lr_sweep.batch_spikes import BatchSpikes, batch_spikes
@@ -70,6 +71,8 @@ def run_row(record: RunRecord) -> dict:
         "purpose": record.planned.purpose,
         "clip": record.planned.clip,
         "clipped_steps": record.clipped_steps,
+        # an `alone` run lowered only the rates of the optimizers built at this line
+        "only_optimizers_at": _site_dict(record.planned.site),
         "lr": peaks[0] if peaks else None,
         "lrs": peaks,
         "steps": record.steps,
@@ -146,6 +149,7 @@ def details(search: Search, horizon: int, jobs: int) -> dict:
     runs = [run_row(r) for r in search.measured()]
     runs += [run_row(r) for r in search.results.values() if r.verdict.verdict == "error"]
     runs += [run_row(r) for r in search.clip_runs]
+    runs += [run_row(r) for r in search.alone_runs]
     return {
         "recommended_lr_multiplier": search.recommended,
         "verified": search.verified,
@@ -276,14 +280,17 @@ def _learning_rate_finding(search: Search) -> Finding:
     non_monotone = any(r.verdict.failing and r.multiplier < stable for r in measured)
     confidence = (0.9 if base.verdict == "diverged" else 0.75) - (0.15 if non_monotone else 0.0)
     optimizers, schedulers = construction(search)
+    culprit = the_rate_to_lower(search)
+    if culprit is not None:
+        evidence.extend(_alone_evidence(search, culprit))
     return Finding(
         stage=NAME,
         category="learning_rate",
         title=f"learning rate too high: ×1 {base.verdict}, stable at ×{label(stable)} and below",
         confidence=confidence,
         evidence=tuple(evidence),
-        fix=fix_text(search, optimizers, schedulers),
-        location=lr_location(optimizers, schedulers),
+        fix=fix_text(search, optimizers, schedulers, culprit),
+        location=lr_location(optimizers, schedulers, culprit),
         verified_fix=search.verified,
         code="LR501",
     )
@@ -295,21 +302,63 @@ _MOVED = 2.0  # a schedule moved the rate when it ran this x above the construct
 _SETS_ITS_OWN_LR = ("OneCycleLR", "CyclicLR")
 
 
-def lr_location(optimizers: list[dict], schedulers: list[dict]) -> Location | None:
-    """The line to edit: a scheduler that sets the learning rate itself, else the optimizer."""
+def lr_location(
+    optimizers: list[dict], schedulers: list[dict], culprit: RunRecord | None = None
+) -> Location | None:
+    """The line to edit: a scheduler that sets the learning rate itself, else the optimizer
+    (of several, the one whose rate alone lowered lets the run train)."""
     owner = next((s for s in schedulers if s.get("class_name") in _SETS_ITS_OWN_LR), None)
     if owner is not None and (location := Location.from_dict(owner.get("location"))):
         return location
+    if culprit is not None:
+        return Location.from_dict(_site_dict(culprit.planned.site))
     return Location.from_dict(optimizers[0].get("location")) if optimizers else None
 
 
-def fix_text(search: Search, optimizers: list[dict], schedulers: list[dict]) -> str:
+def the_rate_to_lower(search: Search) -> RunRecord | None:
+    """Of several optimizers, the run that lowered one line's rates alone and trained, where
+    lowering any other line's alone still failed: that rate is the one the failure needs
+    lowered, the others can stay as they are."""
+    runs = search.alone_runs
+    trained = [r for r in runs if _trains(r, search)]
+    others_fail = all(r.verdict.failing for r in runs if r not in trained)
+    return trained[0] if len(trained) == 1 and len(runs) >= 2 and others_fail else None
+
+
+def _alone_evidence(search: Search, culprit: RunRecord) -> list[str]:
+    factor = f"×{label(culprit.multiplier)}"
+    lines = [f"{factor} on the rate of the optimizer built at {_site_text(culprit.planned.site)} "
+             f"alone: {culprit.verdict.verdict}, {culprit.verdict.detail}"]  # fmt: skip
+    lines += [f"{factor} on the rate of the one built at {_site_text(r.planned.site)} alone: "
+              f"{r.verdict.verdict}, {r.verdict.detail}"
+              for r in search.alone_runs if r is not culprit]  # fmt: skip
+    return lines
+
+
+def _site_dict(site: tuple[str, int] | None) -> dict | None:
+    return {"file": site[0], "line": site[1]} if site else None
+
+
+def _site_text(site: tuple[str, int]) -> str:
+    return f"{os.path.basename(site[0])}:{site[1]}"
+
+
+def fix_text(
+    search: Search,
+    optimizers: list[dict],
+    schedulers: list[dict],
+    culprit: RunRecord | None = None,
+) -> str:
     m = search.recommended
     factor = f"×{label(m)}"
     if not optimizers:
         return f"multiply every learning rate of the script by {m:.3g}"
-    parts = []
+    # the rates x1 ran at are the step-counting optimizer's: a peak is read with one optimizer
     peak = _moved_peak_rate(search.baseline, optimizers)
+    if culprit is not None:
+        site = culprit.planned.site
+        optimizers = [opt for opt in optimizers if _built_at(opt, site)] or optimizers
+    parts = []
     for opt in optimizers:
         lrs = [lr for lr in opt.get("lrs", []) if lr is not None]
         if not lrs:
@@ -326,6 +375,8 @@ def fix_text(search: Search, optimizers: list[dict], schedulers: list[dict]) -> 
             change = f"per param group lr={new} ({factor} of {old})"
         parts.append(f"{change} in {opt.get('class_name')}{_at(opt.get('location'))}")
     text = "lower the learning rate: " + "; ".join(parts)
+    if culprit is not None:
+        text += "; the other optimizers' rates can stay as they are"
     if schedulers:
         kinds = ", ".join(f"{s.get('class_name')}{_at(s.get('location'))}" for s in schedulers)
         text += (
@@ -333,6 +384,11 @@ def fix_text(search: Search, optimizers: list[dict], schedulers: list[dict]) -> 
             "e.g. a max_lr or base_lr argument)"
         )
     return text
+
+
+def _built_at(optimizer: dict, site: tuple[str, int] | None) -> bool:
+    where = optimizer.get("location") or {}
+    return site is not None and (where.get("file"), where.get("line")) == tuple(site)
 
 
 def _moved_peak_rate(baseline, optimizers: list[dict]) -> tuple[float, int] | None:
@@ -448,14 +504,17 @@ def _stands_in_for_a_smaller_rate(clip: RunRecord, search: Search) -> str | None
     recurrence gradients explode at any rate that trains, and clipping is the remedy still;
     when no smaller rate trained either, nothing stands in for the clip. Elsewhere two signs
     say the rate is what drove the failure:
-    - the clip bounded most updates: a smaller step size by another name;
+    - the clip bounded more of the updates than rare spikes would (`clip_max_active`): a
+      smaller step size by another name;
     - at x1 the gradient norm built up over several steps before the failure (the pattern a
       rate too high gives: each overshoot makes the next gradient larger). Clipping then
       changes few steps only because it cuts that feedback at its first turn."""
     if not _a_smaller_rate_trains(clip, search):
         return None
     if _acts_on_most_steps(clip, search.settings):
-        return "it shrank most updates, as a smaller learning rate would: no sign of rare spikes"
+        share = search.settings.clip_max_active
+        return (f"it shrank {clip.clipped_steps} of {clip.steps} updates (more than {share:.0%}), "
+                "as a smaller learning rate would: too many for rare spikes")  # fmt: skip
     if search.baseline.verdict.pattern == "growth":
         return (
             "at ×1 the gradient norm built up over several steps before the failure, as "

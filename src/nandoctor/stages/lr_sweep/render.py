@@ -51,6 +51,8 @@ def _run_name(run: dict) -> str:
     name = run.get("label", f"{run['multiplier']:.3g}")
     if run.get("clip") is not None:
         return name + f" +clip {run['clip']:g}"
+    if alone := run.get("only_optimizers_at"):
+        return name + f" (line {alone['line']} only)"
     return name + (" (watched)" if run.get("purpose") == "watched" else "")
 
 

@@ -239,5 +239,5 @@ def _watched_optimizers(outcome: RunOutcome) -> list[dict]:
     """The optimizers as the watched run saw them built (a sweep from a rewind point builds
     none), in the shape the candidates record them."""
     return [{"class_name": e["type"], "location": e.get("location"),
-             "lrs": [e["settings"].get("lr")] * e.get("groups", 1)}
+             "lrs": e.get("lrs") or [e["settings"].get("lr")] * e.get("groups", 1)}
             for e in outcome.all("optimizer")]  # fmt: skip

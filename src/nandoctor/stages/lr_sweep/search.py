@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from nandoctor.stages.lr_sweep import Settings
 
 HALVING, REFINE, VERIFY, CLIP, DONE = "halving", "refine", "verify", "clip", "done"
+ALONE = "alone"  # the recommendation applied to one optimizer's rate, the others' left as built
 # A gradient-norm jump this many steps or fewer before x1's failure is what drove it: momentum
 # carries one update over the next steps, and the norm itself may be back down by the failure.
 _JUMP_LEAD = 5
@@ -39,16 +40,20 @@ _JUMP_LEAD = 5
 
 @dataclass(frozen=True)
 class Planned:
-    """One candidate: the script with every learning rate times `multiplier`."""
+    """One candidate: the script with every learning rate times `multiplier`, or only the
+    rates of the optimizers built at `site` (file, line), the `optimizer`-th such line."""
 
     multiplier: float
-    purpose: str  # watched | halving | refine | verify | clip
+    purpose: str  # watched | halving | refine | verify | clip | alone
     clip: float | None = None  # max gradient norm, for the clip experiment
+    optimizer: int | None = None
+    site: tuple[str, int] | None = None
 
     @property
     def key(self) -> str:
         clip = f"-clip{self.clip:.6g}" if self.clip is not None else ""
-        return f"m{self.multiplier:.6g}{clip}"
+        alone = f"-opt{self.optimizer}" if self.optimizer is not None else ""
+        return f"m{self.multiplier:.6g}{clip}{alone}"
 
 
 @dataclass
@@ -85,6 +90,23 @@ class RunRecord:
         if clip is None:
             return None
         return sum(1 for g in self.grad_norms if g is not None and not g <= clip * (1 + 1e-6))
+
+
+# Optimizers built at more lines than this are not tried one by one (a run per line).
+_MAX_ALONE = 4
+
+
+def optimizer_sites(optimizers: list[dict]) -> list[tuple[str, int]]:
+    """The lines (file, line) where optimizers with a learning rate were built, in order: one
+    line may build a fresh optimizer every round, and lowering its rate is one change."""
+    sites = []
+    for opt in optimizers:
+        where = opt.get("location") or {}
+        site = (where.get("file"), where.get("line"))
+        has_rate = any(lr is not None for lr in opt.get("lrs") or [])
+        if has_rate and None not in site and site not in sites:
+            sites.append(site)
+    return sites
 
 
 def same(a: float, b: float) -> bool:
@@ -159,6 +181,8 @@ class Search:
         self.rounds = 0
         self.recommended: float | None = None
         self.clip_runs: list[RunRecord] = []  # each clip tried, loosest first
+        # With several optimizers, the recommendation applied to each one's rate alone.
+        self.alone_runs: list[RunRecord] = []
         self.clip_source: float | None = None  # the run whose gradient norms set the clip value
         self.clip_basis = "the healthy gradient norms"  # what of that run's norms set it
 
@@ -185,6 +209,9 @@ class Search:
         if record.planned.purpose == CLIP:
             self.clip_runs.append(record)
             self._tighter_clip(record)
+            return
+        if record.planned.purpose == ALONE:
+            self.alone_runs.append(record)
             return
         self.results[record.planned.key] = record
         self._last_recorded = self._started.get(record.planned.key, -1)
@@ -337,7 +364,8 @@ class Search:
         return all(self._grid_result(k) for k in range(1, len(self.grid) + 1))
 
     def _next_stage(self) -> None:
-        """Halving -> refinement rounds -> verification of the recommendation -> clip -> done."""
+        """Halving -> refinement rounds -> verification of the recommendation -> each
+        optimizer's rate alone -> clip -> done."""
         if self.stage == HALVING:
             self.stage = REFINE
         if self.stage == REFINE:
@@ -350,10 +378,27 @@ class Search:
         elif self.stage == VERIFY and self.recommended is not None and not self.verified:
             self.recommended = self.bracket()[0]  # the verifying run failed: fall back
         if self.stage == VERIFY:
+            self.stage = ALONE
+            if self._plan_alone():
+                return
+        if self.stage == ALONE:
             self.stage = CLIP
             if self._plan_clip():
                 return
         self.stage = DONE
+
+    def _plan_alone(self) -> bool:
+        """With several optimizers that have a rate, the verified recommendation is run once
+        more per optimizer with only that one's rate lowered: which rate the failure needs
+        lowered is a fact a run can show (a decoder at 10x its encoder's rate), where which
+        gradients grew is not (an encoder's gradients grow with the decoder weights they pass
+        through)."""
+        sites = optimizer_sites(self.baseline.optimizers)
+        if not self.verified or not 2 <= len(sites) <= _MAX_ALONE:
+            return False
+        self.queue.extend(Planned(self.recommended, ALONE, optimizer=i, site=site)
+                          for i, site in enumerate(sites))  # fmt: skip
+        return True
 
     def _plan_refinement(self) -> bool:
         stable, failing = self.bracket()

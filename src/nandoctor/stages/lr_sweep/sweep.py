@@ -230,7 +230,9 @@ def candidate_options(context: StageContext, plan: Plan, planned: Planned) -> Ch
         lr_multiplier=planned.multiplier,
         # a re-run: its writes go to its own scratch folder, removed when the run is done
         scratch_dir=_scratch(plan, planned),
-        extra={NAME: {"multiplier": planned.multiplier, "clip": planned.clip}},
+        extra={
+            NAME: {"multiplier": planned.multiplier, "clip": planned.clip, "site": planned.site}
+        },
     )
 
 
