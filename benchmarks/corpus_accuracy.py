@@ -463,7 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated categories, paths or path prefixes")
     parser.add_argument("--plain", action="store_true", help="check the labels with plain python")
     parser.add_argument("--json", type=Path, help="write the per-script results and summary here")
-    parser.add_argument("--reports", type=Path, help="keep every script's JSON report in this folder")
+    parser.add_argument(
+        "--reports", type=Path, help="keep every script's JSON report in this folder"
+    )
     args = parser.parse_args(argv)
 
     splits = ("dev", "test") if args.split == "all" else (args.split,)

@@ -360,7 +360,7 @@ def run_search(context: StageContext, search: Search, plan: Plan) -> None:
 
 
 def _progress(context: StageContext, search: Search, pool: Pool, plan: Plan) -> None:
-    done = len(search.results) - 1 + len(search.clip_runs)
+    done = len(search.results) - 1 + len(search.clip_runs) + len(search.alone_runs)
     going = " · ".join(
         f"×{label(run.planned.multiplier)} step {run.steps}/{plan.horizon}"
         for run in pool.active.values()
