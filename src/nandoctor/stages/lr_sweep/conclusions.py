@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-import os
 
 from nandoctor.report.model import Finding, Location
 from nandoctor.stages.lr_sweep.batch_spikes import BatchSpikes, batch_spikes
-from nandoctor.stages.lr_sweep.search import CLIP, RunRecord, Search, same
+from nandoctor.stages.lr_sweep.search import CLIP, RunRecord, Search, same, site_of
 from nandoctor.stages.lr_sweep.verdicts import progress
 
 NAME = "lr_sweep"
@@ -327,9 +326,9 @@ def the_rate_to_lower(search: Search) -> RunRecord | None:
 
 def _alone_evidence(search: Search, culprit: RunRecord) -> list[str]:
     factor = f"×{label(culprit.multiplier)}"
-    lines = [f"{factor} on the rate of the optimizer built at {_site_text(culprit.planned.site)} "
+    lines = [f"{factor} on the rate of the optimizer built{_at(_site_dict(culprit.planned.site))} "
              f"alone: {culprit.verdict.verdict}, {culprit.verdict.detail}"]  # fmt: skip
-    lines += [f"{factor} on the rate of the one built at {_site_text(r.planned.site)} alone: "
+    lines += [f"{factor} on the rate of the one built{_at(_site_dict(r.planned.site))} alone: "
               f"{r.verdict.verdict}, {r.verdict.detail}"
               for r in search.alone_runs if r is not culprit]  # fmt: skip
     return lines
@@ -337,10 +336,6 @@ def _alone_evidence(search: Search, culprit: RunRecord) -> list[str]:
 
 def _site_dict(site: tuple[str, int] | None) -> dict | None:
     return {"file": site[0], "line": site[1]} if site else None
-
-
-def _site_text(site: tuple[str, int]) -> str:
-    return f"{os.path.basename(site[0])}:{site[1]}"
 
 
 def fix_text(
@@ -357,7 +352,7 @@ def fix_text(
     peak = _moved_peak_rate(search.baseline, optimizers)
     if culprit is not None:
         site = culprit.planned.site
-        optimizers = [opt for opt in optimizers if _built_at(opt, site)] or optimizers
+        optimizers = [opt for opt in optimizers if site_of(opt) == tuple(site)] or optimizers
     parts = []
     for opt in optimizers:
         lrs = [lr for lr in opt.get("lrs", []) if lr is not None]
@@ -384,11 +379,6 @@ def fix_text(
             "e.g. a max_lr or base_lr argument)"
         )
     return text
-
-
-def _built_at(optimizer: dict, site: tuple[str, int] | None) -> bool:
-    where = optimizer.get("location") or {}
-    return site is not None and (where.get("file"), where.get("line")) == tuple(site)
 
 
 def _moved_peak_rate(baseline, optimizers: list[dict]) -> tuple[float, int] | None:

@@ -101,12 +101,18 @@ def optimizer_sites(optimizers: list[dict]) -> list[tuple[str, int]]:
     line may build a fresh optimizer every round, and lowering its rate is one change."""
     sites = []
     for opt in optimizers:
-        where = opt.get("location") or {}
-        site = (where.get("file"), where.get("line"))
+        site = site_of(opt)
         has_rate = any(lr is not None for lr in opt.get("lrs") or [])
-        if has_rate and None not in site and site not in sites:
+        if has_rate and site is not None and site not in sites:
             sites.append(site)
     return sites
+
+
+def site_of(optimizer: dict) -> tuple[str, int] | None:
+    """(file, line) of the call that built an optimizer record, None where it is unknown."""
+    where = optimizer.get("location") or {}
+    site = (where.get("file"), where.get("line"))
+    return None if None in site else site
 
 
 def same(a: float, b: float) -> bool:
