@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 
 import numpy as np
@@ -14,6 +15,7 @@ from conftest import line_of
 from nandoctor.instrument.batches import check_class_targets, iter_leaves, summarize
 from nandoctor.instrument.loaders import dataset_index, watch_loader_batches
 from nandoctor.instrument.origin import trace_nonfinite_origin
+from nandoctor.instrument.provenance import ProvenanceTracer
 
 STAGES = ("--stages", "data_scan,init_check,anomaly")
 
@@ -304,6 +306,56 @@ def test_origin_tracer_finds_the_numpy_line_and_keeps_random_state():
     assert origin.counts == "nan=3 of 3"
     assert (random.random(), torch.rand(1).item()) == before
     assert trace_nonfinite_origin(lambda: dataset[0]) == (None, False)
+
+
+def test_values_parsed_before_training_are_located_at_the_parse(nandoctor):
+    # The Dataset serves rows of the tensor it was given; the NaN came from empty CSV fields,
+    # through a helper's return, a scaler that ignores NaN and the Dataset's constructor. The
+    # traced re-run from the start names the parse; the lines the values passed stay evidence.
+    script = "data_parsed_csv_scaled.py"
+    result = nandoctor("run", script, "--stages", "data_scan,anomaly")
+    assert result.exit_code == 1
+    top = _top(result)
+    assert (top["category"], top["code"]) == ("data", "DA201")
+    assert top["location"]["line"] == line_of(script, "# made here")
+    assert top["location"]["function"] == "load_readings"
+    traced = top["evidence"][0]
+    assert "under a line tracer: `raw` first holds nan=2 of 3072" in traced
+    assert f"line {line_of(script, 'data = Readings(')}" in traced or "passed through" in traced
+    assert f"(line {line_of(script, '# made here')}: `raw = np.genfromtxt(" in top["fix"]
+
+
+def _percent_change(close):
+    out = np.full_like(close, np.nan)  # NaN in the first row, dropped later
+    out[1:] = close[1:] / close[:-1] - 1.0  # +inf after a zero close
+    return out
+
+
+def _feature_table(close):
+    change = _percent_change(close)
+    label = np.r_[np.ones(len(close) - 1), np.nan]
+    table = np.column_stack([change, label])
+    return table[~np.isnan(table).any(axis=1)]  # keeps the +inf row
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero")
+def test_provenance_follows_the_kind_of_value_that_reached_the_sink():
+    # Two variables with NaN/Inf meet in one table; only the +inf survives the NaN filter, and
+    # the walk back follows the +inf to the division that made it, not the NaN placeholders.
+    tracer = ProvenanceTracer()
+    tracer.start()
+    try:
+        table = _feature_table(np.array([1.0, 2.0, 0.0, 3.0, 4.0]))
+    finally:
+        tracer.stop()
+    assert np.isposinf(table).sum() == 1 and not np.isnan(table).any()
+    here = os.path.abspath(__file__)
+    sink = tracer.first_at(here, line_of(here, "# keeps the +inf row"))
+    chain = tracer.trace_back(sink, {"+inf"})
+    made = chain[-1]
+    assert made.location.line == line_of(here, "# +inf after a zero close")
+    assert (made.name, made.counts) == ("out", "nan=1, +inf=1 of 5")
+    assert [m.location.function for m in chain[:2]] == ["_feature_table", "_feature_table"]
 
 
 def test_a_value_the_dataset_only_reads_is_located_where_its_container_was_filled(nandoctor):

@@ -976,6 +976,13 @@ def casts_explicitly(file: str, line: int) -> bool:
     )  # fmt: skip
 
 
+def enclosing_class(file: str, line: int) -> str | None:
+    """The name of the class whose body holds `line`."""
+    tree, _ = _parse(file)
+    owner = _enclosing(tree, line, ast.ClassDef) if tree is not None else None
+    return owner.name if owner is not None else None
+
+
 def _statement_at(tree: ast.AST, line: int) -> ast.stmt | None:
     """The innermost statement on `line` that is not a definition."""
     return _enclosing(tree, line, ast.stmt,
@@ -1097,3 +1104,98 @@ def _argument_passed(tree: ast.AST, function: ast.FunctionDef, parameter: str) -
         if passed is not None:
             return passed
     return None
+
+
+# ---- what one line reads and changes, for tracing values back through a run ---------------
+@dataclass(frozen=True)
+class LineDataflow:
+    start: int  # the first line of the statement
+    reads: frozenset[str]  # names, and `self.<attr>` attributes, the statement reads
+    changes: frozenset[str]  # names (and `self.<attr>`) it changes in place: `x[i] = v`, `x.append`
+
+
+@functools.lru_cache(maxsize=4096)
+def line_dataflow(file: str, line: int) -> LineDataflow | None:
+    """What the statement at `line` reads and changes in place; of a compound statement (`for`,
+    `if`, `with`, `while`) its header only, not its body. None when the file does not parse."""
+    tree = _parsed(file)
+    statement = _statement_at(tree, line) if tree is not None else None
+    if statement is None:
+        return None
+    header = _header_of(statement)
+    reads = {_read_name(node) for part in header for node in ast.walk(part)} - {None}
+    changes = {_base_name(target) for target in _changed_targets(statement)} - {None}
+    return LineDataflow(statement.lineno, frozenset(reads), frozenset(changes))
+
+
+_NONFINITE_NAMES = ("nan", "NaN", "NAN", "inf", "Inf", "infty", "Infinity", "PINF", "NINF")
+
+
+def writes_nonfinite_constant(file: str, line: int) -> bool:
+    """The statement at `line` writes NaN/Inf on purpose: `np.nan`, `math.inf`, `float("nan")`
+    (`x[mask] = np.nan`, `np.full(n, np.nan)`), the way missing values are marked."""
+    tree = _parsed(file)
+    statement = _statement_at(tree, line) if tree is not None else None
+    return statement is not None and any(_nonfinite_constant(node) for node in ast.walk(statement))
+
+
+def _nonfinite_constant(node: ast.AST) -> bool:
+    if isinstance(node, ast.Attribute):
+        return node.attr in _NONFINITE_NAMES
+    if isinstance(node, ast.Name):
+        return node.id in _NONFINITE_NAMES
+    if isinstance(node, ast.Call) and _called_name(node) == "float" and node.args:
+        text = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
+        return isinstance(text, str) and text.strip().lstrip("+-").lower() in (
+            "nan",
+            "inf",
+            "infinity",
+        )
+    return False
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(file: str) -> ast.AST | None:
+    return _parse(file)[0]
+
+
+def _header_of(statement: ast.stmt) -> list[ast.AST]:
+    if isinstance(statement, (ast.For, ast.AsyncFor)):
+        return [statement.iter]
+    if isinstance(statement, (ast.While, ast.If)):
+        return [statement.test]
+    if isinstance(statement, (ast.With, ast.AsyncWith)):
+        return [item.context_expr for item in statement.items]
+    if isinstance(statement, (ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return []
+    return [statement]
+
+
+def _read_name(node: ast.AST) -> str | None:
+    """`x` of a Name read, `self.x` of an attribute of `self` read."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+        return f"self.{node.attr}" if _self_attribute(node) else None
+    return None
+
+
+def _changed_targets(statement: ast.stmt) -> list[ast.AST]:
+    if isinstance(statement, ast.AugAssign):
+        return [statement.target]
+    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        return [target for target in targets if isinstance(target, (ast.Subscript, ast.Attribute))]
+    if (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+            and isinstance(statement.value.func, ast.Attribute)):  # fmt: skip
+        return [statement.value.func.value]
+    return []
+
+
+def _base_name(node: ast.AST) -> str | None:
+    """`x` of `x[i]` or `x.y[j]`; `self.x` of `self.x[i]`."""
+    while isinstance(node, (ast.Subscript, ast.Attribute)) and not _self_attribute(node):
+        node = node.value
+    if _self_attribute(node):
+        return f"self.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else None

@@ -53,7 +53,7 @@ def trace_nonfinite_origin(fetch: Callable[[], object]) -> tuple[Origin | None, 
     finally:
         sys.settrace(previous)
         _restore_random_states(states)
-    return tracer.found, tracer.found is not None or _holds_nonfinite(value, 0)
+    return tracer.found, tracer.found is not None or holds_nonfinite(value, 0)
 
 
 class _Tracer:
@@ -63,7 +63,7 @@ class _Tracer:
     def on_call(self, frame, event, arg):
         if self.found is not None or event != "call" or not _user_code(frame.f_code):
             return None
-        bad_at_entry = {name for name, value in frame.f_locals.items() if _holds_nonfinite(value)}
+        bad_at_entry = {name for name, value in frame.f_locals.items() if holds_nonfinite(value)}
         state = {"line": frame.f_lineno, "bad": bad_at_entry}
 
         def on_line(frame, event, arg):
@@ -79,14 +79,14 @@ class _Tracer:
     def _check(self, frame, state: dict, event: str, arg) -> None:
         """Variables that turned non-finite were written by the line that ran last."""
         for name, value in frame.f_locals.items():
-            if name not in state["bad"] and _holds_nonfinite(value):
+            if name not in state["bad"] and holds_nonfinite(value):
                 where = _line(frame, state["line"])
-                self.found = Origin(where, name, _counts(value), _kind(value),
+                self.found = Origin(where, name, nonfinite_counts(value), _kind(value),
                                     _container_read(frame, where))  # fmt: skip
                 return
-        if event == "return" and _holds_nonfinite(arg):
+        if event == "return" and holds_nonfinite(arg):
             where = _line(frame, frame.f_lineno)
-            self.found = Origin(where, "the returned value", _counts(arg), _kind(arg),
+            self.found = Origin(where, "the returned value", nonfinite_counts(arg), _kind(arg),
                                 _container_read(frame, where))  # fmt: skip
 
 
@@ -97,7 +97,7 @@ def _container_read(frame, where: SourceLine) -> str | None:
     if len(names) <= 1:
         return names[0] if names else None
     holder = frame.f_locals.get("self")
-    bad = [name for name in names if _holds_nonfinite(getattr(holder, name, None))]
+    bad = [name for name in names if holds_nonfinite(getattr(holder, name, None))]
     return bad[0] if len(bad) == 1 else None
 
 
@@ -113,7 +113,7 @@ def _line(frame, line: int) -> SourceLine:
     return SourceLine(os.path.abspath(code.co_filename), line, code.co_name)
 
 
-def _holds_nonfinite(value, depth: int = 0) -> bool:
+def holds_nonfinite(value, depth: int = 0) -> bool:
     """NaN/Inf in a tensor, a numpy array or scalar, a float, or a small list/tuple/dict of them."""
     if isinstance(value, torch.Tensor):
         return is_checked(value) and not is_finite(value)
@@ -121,11 +121,13 @@ def _holds_nonfinite(value, depth: int = 0) -> bool:
         return not math.isfinite(value)
     if type(value).__module__ == "numpy":
         return _numpy_nonfinite(value)
+    if (values := _pandas_numbers(value)) is not None:
+        return _numpy_nonfinite(values)
     if depth < 2 and isinstance(value, (list, tuple)):
-        return any(_holds_nonfinite(item, depth + 1) for item in value[:_MAX_ITEMS])
+        return any(holds_nonfinite(item, depth + 1) for item in value[:_MAX_ITEMS])
     if depth < 2 and isinstance(value, dict):
         items = list(value.values())[:_MAX_ITEMS]
-        return any(_holds_nonfinite(item, depth + 1) for item in items)
+        return any(holds_nonfinite(item, depth + 1) for item in items)
     return False
 
 
@@ -138,19 +140,35 @@ def _numpy_nonfinite(value) -> bool:
     return not bool(numpy.isfinite(value).all())
 
 
+def _pandas_numbers(value):
+    """The numeric values of a pandas DataFrame or Series as one numpy array, else None."""
+    if not type(value).__module__.startswith("pandas.") or type(value).__name__ not in (
+        "DataFrame",
+        "Series",
+    ):
+        return None
+    if type(value).__name__ == "DataFrame":
+        value = value.select_dtypes("number")
+    elif value.dtype.kind not in ("f", "c"):
+        return None
+    return value.to_numpy(dtype=float, na_value=float("nan"))
+
+
 def _kind(value) -> str:
     if isinstance(value, torch.Tensor):
         return "torch"
     return "numpy" if type(value).__module__ == "numpy" else "python"
 
 
-def _counts(value) -> str:
+def nonfinite_counts(value) -> str:
     if isinstance(value, torch.Tensor):
         return count_nonfinite(value).describe()
-    if type(value).__module__ == "numpy" and hasattr(value, "size"):
+    if (values := _pandas_numbers(value)) is not None or (
+        type(value).__module__ == "numpy" and hasattr(value, "size")
+    ):
         import numpy
 
-        array = numpy.asarray(value)
+        array = numpy.asarray(value if values is None else values)
         return NonfiniteCount(
             int(numpy.isnan(array).sum()),
             int(numpy.isposinf(array).sum()) if array.dtype.kind == "f" else 0,

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 from nandoctor.report.model import Finding, StageResult
 from nandoctor.stages import StageContext, StageOutcome
+from nandoctor.stages.data_scan import provenance
 from nandoctor.stages.data_scan.findings import (
     NAME,
     constant_finding,
+    first_bad_kinds,
     magnitude_finding,
     nonfinite_finding,
     target_findings,
@@ -33,6 +35,10 @@ class Settings:
     forward_calls_per_step: int = 4  # root-module forward calls per step whose inputs are scanned
     origin_refetches: int = 1  # bad samples fetched again under a line tracer to find the line
     search_script_globals: bool = True  # name the script's tensor that holds the bad rows
+    # When the batch only carried values made before training (a Dataset serving `self.x[i]`,
+    # a `torch.from_numpy` before the loop), re-run the script from its start under a line
+    # tracer until training begins, to find the line that made them.
+    trace_where_made: bool = True
 
 
 def probe_settings(config) -> dict:
@@ -40,6 +46,9 @@ def probe_settings(config) -> dict:
 
 
 def install_probe(session, options) -> None:
+    if (request := options.extra.get(provenance.REQUEST)) is not None:
+        provenance.install(session, request)  # a re-run that only traces where data was made
+        return
     from nandoctor.stages.data_scan.probe import DataScanProbe
 
     DataScanProbe(session, Settings(**options.extra.get(NAME, {}))).install()
@@ -57,7 +66,7 @@ def run(context: StageContext) -> StageOutcome:
     findings = [
         f
         for f in (
-            nonfinite_finding(watch, batches),
+            _traced(context, nonfinite_finding(watch, batches), first_bad_kinds(batches)),
             *target_findings(watch, targets),
             magnitude_finding(batches, settings, failed, details["tensors"]),
             constant_finding(batches),
@@ -66,6 +75,18 @@ def run(context: StageContext) -> StageOutcome:
     ]
     result = StageResult("ran", _summary(batches, targets, findings), details=details)
     return StageOutcome(result, findings)
+
+
+def _traced(context: StageContext, finding: Finding | None, kinds: list[str]) -> Finding | None:
+    """A NaN/Inf finding that explains the failure, moved to the line that made the values
+    when the batch only carried values made before training."""
+    if finding is None or not context.config.data_scan.trace_where_made:
+        return finding
+    origin = next((o for o in context.watch.all("data_origin") if o.get("location")), None)
+    request = provenance.request_for(finding, origin, context.target.absolute_script)
+    if request is None:
+        return finding
+    return provenance.traced_to_where_made(context, finding, {**request, "kinds": kinds})
 
 
 def _summary(batches: list[dict], targets: list[dict], findings: list[Finding]) -> str:

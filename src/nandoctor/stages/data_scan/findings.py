@@ -24,6 +24,14 @@ def _bad_leaves(batches: list[dict]) -> list[tuple[dict, dict]]:
     return [(event, leaf) for event in batches for leaf in event["leaves"] if leaf.get("bad_at")]
 
 
+def first_bad_kinds(batches: list[dict]) -> list[str]:
+    """Which of "nan", "+inf", "-inf" the first batch tensor with NaN/Inf holds."""
+    bad = _bad_leaves(batches)
+    leaf = bad[0][1] if bad else {}
+    return [kind for key, kind in (("nan", "nan"), ("posinf", "+inf"), ("neginf", "-inf"))
+            if leaf.get(key)]  # fmt: skip
+
+
 def nonfinite_finding(watch, batches: list[dict]) -> Finding | None:
     bad = _bad_leaves(batches)
     if not bad:
@@ -164,7 +172,7 @@ def _describe_origin(origin: dict) -> str:
     if origin.get("location"):
         where = Location.from_dict(origin["location"])
         return (
-            f"{fetched}: `{origin['variable']}` holds {origin['counts']} after line "
+            f"{fetched}: `{origin['variable']}` holds {origin['counts'] or 'NaN/Inf'} after line "
             f"{where.short()} in {where.function}"
         )
     if origin.get("reproduced"):

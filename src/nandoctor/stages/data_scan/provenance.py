@@ -1,0 +1,162 @@
+"""The line that made the data's NaN/Inf, when the batch only carried values made before training.
+
+A Dataset that serves `self.x[i]`, or a tensor converted with `torch.from_numpy` before the
+loop, shows where bad values entered torch, not where they were made. When such a finding
+explains the failure, the script runs once more from the start under the provenance tracer
+(instrument/provenance.py) until training begins, and the finding moves to the line that made
+NaN/Inf from finite values (a parse, a load, a percent change), the lines the values passed
+through staying as evidence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from nandoctor.report.model import Finding, Location
+from nandoctor.source_values import enclosing_class, writes_nonfinite_constant
+from nandoctor.stages import StageContext
+
+EVENT = "data_made"
+REQUEST = "data_provenance"  # the key of ChildOptions.extra that asks for the trace
+_RUN = "provenance"
+_SHOWN_HOPS = 4  # lines the values passed through, shown as evidence
+
+
+# ---- in the re-run ---------------------------------------------------------------------------
+def install(session, request: dict) -> None:
+    """Trace the script from its start until the first batch is fetched or the model first
+    runs, then say where the requested values were made and stop the run."""
+    from nandoctor.instrument.provenance import ProvenanceTracer
+
+    tracer = ProvenanceTracer()
+    answered = False
+
+    def training_begins(*_) -> None:
+        nonlocal answered
+        if answered:
+            return
+        answered = True
+        tracer.stop()
+        session.events.emit(EVENT, chain=_chain(tracer, request))
+        session.stopping = True  # stops the script at its next step boundary
+
+    session.on_batch.append(training_begins)
+    session.modules.on_root_forward.append(training_begins)
+    session.hooks.add_undo(tracer.stop)
+    tracer.start()
+
+
+def _chain(tracer, request: dict) -> list[dict]:
+    if "attribute" in request:
+        sink = tracer.first_attribute(set(request["classes"]), request["attribute"])
+    else:
+        sink = tracer.first_at(request["file"], request["line"])
+    if sink is None:
+        return []
+    return [{"location": _statement_location(m.location), "variable": m.name, "counts": m.counts}
+            for m in tracer.trace_back(sink, set(request.get("kinds", ())))]  # fmt: skip
+
+
+def _statement_location(where) -> dict:
+    from nandoctor.source_values import line_dataflow
+
+    flow = line_dataflow(where.file, where.line)
+    line = flow.start if flow is not None else where.line
+    return dataclasses.replace(where, line=line).as_dict()
+
+
+# ---- in nandoctor ----------------------------------------------------------------------------
+def request_for(finding: Finding, origin: dict | None, script: str) -> dict | None:
+    """What to trace back for a data finding that explains the failure: the dataset attribute
+    its line only read, or the line of the script where the values entered torch. None when
+    the line that made them is already known (computed in `__getitem__`)."""
+    if finding.severity != "error" or finding.location is None:
+        return None
+    if origin is not None and origin.get("container"):
+        where = origin["location"]
+        owner = enclosing_class(where["file"], where["line"])
+        if owner is None:
+            return None
+        return {"attribute": origin["container"], "classes": [owner]}
+    if origin is not None or os.path.abspath(finding.location.file) != os.path.abspath(script):
+        return None
+    return {"file": finding.location.file, "line": finding.location.line}
+
+
+def traced_to_where_made(context: StageContext, finding: Finding, request: dict) -> Finding:
+    """`finding` moved to the line that made its values, when the traced re-run finds one that
+    is not the line already shown."""
+    from nandoctor.runner import rerun_options, rerun_timeout_s, run_child
+
+    context.progress("tracing the data's NaN/Inf back to the line that made them")
+    options = rerun_options(context.target, context.config, context.workdir, _RUN,
+                            max_steps=1, probes=["data_scan"], extra={REQUEST: request})  # fmt: skip
+    watch = context.watch
+    run = run_child(options, context.workdir, name=_RUN,
+                    timeout_s=rerun_timeout_s(context.config, watch, len(watch.steps)))  # fmt: skip
+    chain = (run.first(EVENT) or {}).get("chain") or []
+    chain = _trimmed(chain)
+    if len(chain) < 2:
+        return finding
+    made = Location.from_dict(chain[-1]["location"])
+    if made is None or made == finding.location:
+        return finding
+    if writes_nonfinite_constant(made.file, made.line):
+        # NaN written on purpose marks missing values (`x[gaps] = np.nan`, `np.full(n, np.nan)`
+        # filled where there is data): what went wrong is that nothing dropped them later, so
+        # the line where they entered training stays the one shown
+        marked = (f"the NaN/Inf were written on purpose at {made.short()} (`{made.code}`), as "
+                  "missing values, and nothing dropped them before training")  # fmt: skip
+        return dataclasses.replace(finding, evidence=(marked, *finding.evidence))
+    evidence = (_describe(chain), *finding.evidence)
+    fix = (f"repair the values where they are made (line {made.line}: `{made.code}`): drop or "
+           "impute the NaN/Inf rows there, before training")  # fmt: skip
+    return dataclasses.replace(finding, location=made, evidence=evidence, fix=fix)
+
+
+def _trimmed(chain: list[dict]) -> list[dict]:
+    """A chain that ends in an argument whose caller was library code (a framework calling the
+    script's hook) ends at the line before: the last line of the script that held them. One
+    that ends inside a comprehension ends at the statement that holds it, in its function."""
+    if chain and chain[-1]["variable"].startswith("<argument>"):
+        chain = chain[:-1]
+    if len(chain) >= 2 and _comprehension(chain[-1]) and _same_line(chain[-1], chain[-2]):
+        chain = chain[:-1]
+    return chain
+
+
+def _comprehension(made: dict) -> bool:
+    return made["location"]["function"] in ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
+
+
+def _same_line(a: dict, b: dict) -> bool:
+    return all(a["location"][key] == b["location"][key] for key in ("file", "line"))
+
+
+def _describe(chain: list[dict]) -> str:
+    made, *passed = reversed(chain)
+    where = Location.from_dict(made["location"])
+    text = (f"the script re-run from its start under a line tracer: {_variable(made)} first "
+            f"holds {made['counts'] or 'NaN/Inf'} after line {where.short()} in "
+            f"{where.function}, and nothing that line read held any")  # fmt: skip
+    lines = [line for line in dict.fromkeys(_line_of(m, where.file) for m in passed)
+             if line != str(where.line)]  # fmt: skip
+    if lines:
+        shown = ", ".join(lines[:_SHOWN_HOPS]) + (", ..." if len(lines) > _SHOWN_HOPS else "")
+        text += f"; they then passed through line{'s' if len(lines) > 1 else ''} {shown}"
+    return text
+
+
+def _line_of(made: dict, file: str) -> str:
+    where = Location.from_dict(made["location"])
+    return str(where.line) if where.file == file else where.short()
+
+
+def _variable(made: dict) -> str:
+    name = made["variable"]
+    if name == "<returned>":
+        return "the value it returns"
+    if name == "<call>":
+        return "an argument of the call"
+    return f"`{name.removeprefix('<argument>')}`"
