@@ -325,6 +325,30 @@ def test_values_parsed_before_training_are_located_at_the_parse(nandoctor):
     assert f"(line {line_of(script, '# made here')}: `raw = np.genfromtxt(" in top["fix"]
 
 
+def test_values_a_tensordataset_serves_are_traced_to_the_parse(nandoctor):
+    # No line of the script holds the NaN where they enter torch (`TensorDataset(torch.tensor(
+    # x_train))` inside a function reading module globals): the walk starts at the statement
+    # that built the dataset the first batch came from.
+    script = "data_loadtxt_tensordataset.py"
+    result = nandoctor("run", script, "--stages", "data_scan,anomaly")
+    assert result.exit_code == 1
+    top = _top(result)
+    assert (top["category"], top["location"]["line"]) == ("data", line_of(script, "# made here"))
+    assert "`data` first holds nan=8 of 4000" in top["evidence"][0]
+
+
+def test_a_clean_up_that_lets_one_kind_through_is_the_line_to_fix(nandoctor):
+    # `x[x != x] = 0` zeroes the NaN and keeps the -inf: the script already cleans these
+    # values, so its clean-up, not the extractor, is the line to complete.
+    script = "data_nan_only_cleanup.py"
+    result = nandoctor("run", script, "--stages", "data_scan,anomaly")
+    assert result.exit_code == 1
+    top = _top(result)
+    assert (top["category"], top["location"]["line"]) == ("data", line_of(script, "# fix here"))
+    assert "nan=2, -inf=2 of 1536 before it, -inf=2 of 1536 after" in top["evidence"][0]
+    assert "-inf included: test with `np.isfinite`" in top["fix"]
+
+
 def _percent_change(close):
     out = np.full_like(close, np.nan)  # NaN in the first row, dropped later
     out[1:] = close[1:] / close[:-1] - 1.0  # +inf after a zero close
@@ -335,7 +359,8 @@ def _feature_table(close):
     change = _percent_change(close)
     label = np.r_[np.ones(len(close) - 1), np.nan]
     table = np.column_stack([change, label])
-    return table[~np.isnan(table).any(axis=1)]  # keeps the +inf row
+    table = table[~np.isnan(table).any(axis=1)]  # keeps the +inf row
+    return table  # where the walk starts
 
 
 @pytest.mark.filterwarnings("ignore:divide by zero")
@@ -350,12 +375,16 @@ def test_provenance_follows_the_kind_of_value_that_reached_the_sink():
         tracer.stop()
     assert np.isposinf(table).sum() == 1 and not np.isnan(table).any()
     here = os.path.abspath(__file__)
-    sink = tracer.first_at(here, line_of(here, "# keeps the +inf row"))
+    sink = tracer.first_at(here, line_of(here, "# where the walk starts"))
     chain = tracer.trace_back(sink, {"+inf"})
     made = chain[-1]
     assert made.location.line == line_of(here, "# +inf after a zero close")
     assert (made.name, made.counts) == ("out", "nan=1, +inf=1 of 5")
-    assert [m.location.function for m in chain[:2]] == ["_feature_table", "_feature_table"]
+    assert [m.location.function for m in chain[:3]] == ["_feature_table"] * 3
+    # the NaN filter on the way kept the +inf: a clean-up that missed a kind
+    cleanup = tracer.filtered_in(chain)
+    assert cleanup.location.line == line_of(here, "# keeps the +inf row")
+    assert (cleanup.before, cleanup.after) == ("nan=2, +inf=1 of 10", "+inf=1 of 6")
 
 
 def test_a_value_the_dataset_only_reads_is_located_where_its_container_was_filled(nandoctor):

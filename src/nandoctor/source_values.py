@@ -1112,6 +1112,9 @@ class LineDataflow:
     start: int  # the first line of the statement
     reads: frozenset[str]  # names, and `self.<attr>` attributes, the statement reads
     changes: frozenset[str]  # names (and `self.<attr>`) it changes in place: `x[i] = v`, `x.append`
+    # the objects it writes elements of, as dotted paths: `x` of `x[mask] = 0`, `ds.audio` of
+    # `ds.audio[ds.audio != ds.audio] = 0`
+    written: tuple[tuple[str, ...], ...] = ()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1125,7 +1128,18 @@ def line_dataflow(file: str, line: int) -> LineDataflow | None:
     header = _header_of(statement)
     reads = {_read_name(node) for part in header for node in ast.walk(part)} - {None}
     changes = {_base_name(target) for target in _changed_targets(statement)} - {None}
-    return LineDataflow(statement.lineno, frozenset(reads), frozenset(changes))
+    written = {_dotted(target.value) for target in _changed_targets(statement)
+               if isinstance(target, ast.Subscript)} - {None}  # fmt: skip
+    return LineDataflow(statement.lineno, frozenset(reads), frozenset(changes), tuple(written))
+
+
+def _dotted(node: ast.AST) -> tuple[str, ...] | None:
+    """("ds", "audio") of `ds.audio`, ("x",) of `x`; None for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return (node.id, *reversed(parts)) if isinstance(node, ast.Name) else None
 
 
 _NONFINITE_NAMES = ("nan", "NaN", "NAN", "inf", "Inf", "infty", "Infinity", "PINF", "NINF")

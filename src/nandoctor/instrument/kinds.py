@@ -19,3 +19,8 @@ NONFINITE_PARAMETER = "nonfinite_parameter"  # a parameter no watched op made no
 RECEIVED = "received"  # written by a collective: another rank made it
 UNKNOWN = "unknown"
 OVERFLOW_KINDS = (OVERFLOW, CONVERSION_OVERFLOW, CONSTANT_OVERFLOW)
+
+
+def counted_kinds(counts: str) -> set[str]:
+    """Which of "nan", "+inf", "-inf" a count such as "nan=2, +inf=1 of 300" holds."""
+    return {kind for kind in ("nan", "+inf", "-inf") if f"{kind}=" in counts}

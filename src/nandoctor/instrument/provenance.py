@@ -19,14 +19,20 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import weakref
 from dataclasses import dataclass, field
 
+import torch
+
 from nandoctor.instrument.frames import SourceLine, is_library_file
+from nandoctor.instrument.kinds import counted_kinds
 from nandoctor.instrument.origin import holds_nonfinite, nonfinite_counts
 from nandoctor.source_values import line_dataflow
 
 _MAX_HOPS = 64
 _MAX_MADE = 100_000  # values noted; each costs a count of its NaN/Inf
+_MAX_BOUND = 1_000  # Datasets and DataLoaders noted
+_SERVES_DATA = (torch.utils.data.Dataset, torch.utils.data.DataLoader)
 _ENTRY, _RETURN = "<argument>", "<returned>"
 
 
@@ -44,12 +50,25 @@ class Made:
     classes: tuple[str, ...] = ()  # of `self`, for an attribute `self.<name>`
 
 
+@dataclass(frozen=True)
+class Cleanup:
+    """A statement that wrote into an array holding NaN/Inf and removed some kinds of them but
+    kept others (`x[x != x] = 0` zeroes NaN and keeps -inf)."""
+
+    location: SourceLine
+    variable: str
+    before: str  # counts, "nan=2, -inf=3 of 90"
+    after: str
+    address: int  # of the array's memory: a tensor made with `torch.from_numpy` shares it
+
+
 @dataclass
 class _Frame:
     key: int
     line: int = 0
     began: int = 0  # the seq at which the current line began
     ids: dict[str, int] = field(default_factory=dict)  # what each variable was last checked at
+    writing: list = field(default_factory=list)  # (path, array, counts) the statement writes into
 
 
 class ProvenanceTracer:
@@ -63,6 +82,9 @@ class ProvenanceTracer:
         self._keys = itertools.count(1)
         self._user: dict[str, str] = {}
         self._previous = None
+        self.cleanups: list[Cleanup] = []
+        self._modules: dict[str, int] = {}  # file -> the key of its module-level frame
+        self._bound: list[tuple[Made, weakref.ref]] = []  # Datasets and DataLoaders, where bound
         # frame key -> (the caller's key, the calling line, the seq at which that line began)
         self._callers: dict[int, tuple[int, SourceLine, int]] = {}
 
@@ -85,13 +107,15 @@ class ProvenanceTracer:
         if event != "call" or not self._user_file(frame.f_code):
             return None
         record = _Frame(next(self._keys))
-        if self._stack and frame.f_back is not None and id(frame.f_back) in self._frames:
-            parent = self._stack[-1]
+        parent = self._frames.get(id(frame.f_back)) if frame.f_back is not None else None
+        if parent is not None:
             back = frame.f_back.f_code
             called_at = SourceLine(os.path.abspath(back.co_filename), parent.line, back.co_name)
             self._callers[record.key] = (parent.key, called_at, parent.began)
         record.line, record.began = self._statement(frame), next(self._counter)
         self._frames[id(frame)] = record
+        if frame.f_code.co_name == "<module>":
+            self._modules.setdefault(self._user_file(frame.f_code), record.key)
         self._stack.append(record)
         for name, value in self._values(frame):
             record.ids[name] = id(value)
@@ -108,8 +132,11 @@ class ProvenanceTracer:
         if event == "line" and (line := self._statement(frame)) != record.line:
             # the lines of one statement that spans several are one step (a call's arguments
             # written one per line); a loop runs its header between two runs of its body
+            self._finish_writes(record, frame)
             record.line, record.began = line, next(self._counter)
+            self._begin_writes(record, frame)
         elif event == "return":
+            self._finish_writes(record, frame)
             if holds_nonfinite(arg):
                 self._note(record, frame, record.line, _RETURN, arg)
             self._frames.pop(id(frame), None)
@@ -133,6 +160,29 @@ class ProvenanceTracer:
             record.ids[name] = id(value)
             if holds_nonfinite(value):  # noted again when rebound: a filter may have changed them
                 self._note(record, frame, record.line, name, value)
+            elif isinstance(value, _SERVES_DATA) and len(self._bound) < _MAX_BOUND:
+                # where a Dataset or DataLoader was built: a start of the walk when the values
+                # the batch carried sit in a library Dataset's tensors (`TensorDataset(x, y)`)
+                self._note(record, frame, record.line, name, value)
+                self._bound.append((self.made[-1], weakref.ref(value)))
+
+    def _begin_writes(self, record: _Frame, frame) -> None:
+        """The arrays holding NaN/Inf that the statement about to run writes elements of."""
+        flow = line_dataflow(self._user_file(frame.f_code), record.line)
+        for path in flow.written if flow is not None else ():
+            value = _resolved(frame.f_locals, path)
+            if _address(value) is not None and holds_nonfinite(value):
+                record.writing.append((path, value, nonfinite_counts(value)))
+
+    def _finish_writes(self, record: _Frame, frame) -> None:
+        """A write that removed one kind of NaN/Inf and kept another is a clean-up that missed
+        it."""
+        for path, value, before in record.writing:
+            after = nonfinite_counts(value) if holds_nonfinite(value) else ""
+            if after and counted_kinds(before) - counted_kinds(after):
+                where = SourceLine(self._user_file(frame.f_code), record.line, frame.f_code.co_name)
+                self.cleanups.append(Cleanup(where, ".".join(path), before, after, _address(value)))
+        record.writing = []
 
     def _values(self, frame):
         """The frame's variables, and the attributes of its `self` as `self.<name>` (not those
@@ -161,6 +211,31 @@ class ProvenanceTracer:
         name = f"self.{attribute}"
         return next((m for m in self.made if m.name == name and classes & set(m.classes)), None)
 
+    def where_bound(self, dataset) -> Made | None:
+        """The first statement that bound `dataset`, or a DataLoader or wrapper (`Subset`,
+        `random_split`) that serves it, to a variable of the script."""
+        for made, ref in self._bound:
+            value = ref()
+            if value is not None and _serves(value, dataset):
+                return made
+        return None
+
+    def cleanup_of(self, dataset) -> Cleanup | None:
+        """The last clean-up that missed a kind of NaN/Inf in an array `dataset` serves."""
+        served = _addresses_in(dataset)
+        return next((c for c in reversed(self.cleanups) if c.address in served), None)
+
+    @staticmethod
+    def filtered_in(chain: list[Made]) -> Cleanup | None:
+        """A statement on the chain that rebound a variable to its own values with one kind of
+        NaN/Inf removed and another kept (`t = t[~np.isnan(t).any(axis=1)]` keeps +inf rows)."""
+        for down, up in itertools.pairwise(chain):
+            removed = counted_kinds(up.counts) - counted_kinds(down.counts)
+            if (down.frame == up.frame and down.name == up.name and counted_kinds(down.counts)
+                    and removed and not down.name.startswith(("<", "self."))):  # fmt: skip
+                return Cleanup(down.location, down.name, up.counts, down.counts, 0)
+        return None
+
     def first_at(self, file: str, line: int) -> Made | None:
         """The first variable (or returned value) a statement at `line` of `file` left holding
         NaN/Inf."""
@@ -174,7 +249,7 @@ class ProvenanceTracer:
         where a line mixes several variables that hold NaN/Inf."""
         chain = [sink]
         for _ in range(_MAX_HOPS):
-            own = _kinds(chain[-1].counts)
+            own = counted_kinds(chain[-1].counts)
             kinds = (own & kinds) or own or kinds  # the kinds that reach the sink
             upstream = self._upstream(chain[-1], kinds)
             if upstream is None:
@@ -190,6 +265,11 @@ class ProvenanceTracer:
         reads = flow.reads if flow is not None else frozenset()
         read = [m for m in self.made if m.frame == frame and m.seq < began
                 and _variable(m.name) in reads]  # fmt: skip
+        # a name the function does not bind is a global of its module
+        local = {_variable(m.name) for m in read}
+        module = self._modules.get(made.location.file)
+        read += [m for m in self.made if m.frame == module and m.seq < began
+                 and m.name in reads and m.name not in local]  # fmt: skip
         returned = [m for m in self.made if m.name == _RETURN and began < m.seq <= made.seq
                     and self._called_during(m.frame, frame, began)]  # fmt: skip
         # What the line read comes before what its calls returned (they may only pass it on),
@@ -219,12 +299,50 @@ class ProvenanceTracer:
 def _alike(candidates: list[Made], kinds: set[str]) -> list[Made]:
     """Those of `candidates` that hold a kind of value among `kinds` ("nan", "+inf", "-inf");
     all of them when `kinds` is not known, or for a value whose kinds are not counted."""
-    return [m for m in candidates if not kinds or not _kinds(m.counts) or kinds & _kinds(m.counts)]
+    return [
+        m
+        for m in candidates
+        if not kinds or not counted_kinds(m.counts) or kinds & counted_kinds(m.counts)
+    ]
 
 
-def _kinds(counts: str) -> set[str]:
-    """{"nan", "+inf", "-inf"} of a count such as "nan=2, +inf=1 of 300"."""
-    return {kind for kind in ("nan", "+inf", "-inf") if f"{kind}=" in counts}
+def _resolved(values: dict, path: tuple[str, ...]):
+    value = values.get(path[0])
+    for name in path[1:]:
+        value = getattr(value, name, None)
+    return value
+
+
+def _address(value) -> int | None:
+    """Where the elements of a numpy array or tensor start in memory."""
+    if isinstance(value, torch.Tensor):
+        return (
+            value.data_ptr()
+            if value.layout == torch.strided and value.device.type != "meta"
+            else None
+        )
+    interface = getattr(value, "__array_interface__", None)
+    return interface["data"][0] if type(value).__module__ == "numpy" and interface else None
+
+
+def _addresses_in(dataset, depth: int = 0) -> set[int]:
+    """The memory of the arrays and tensors a Dataset holds: its attributes, the items of its
+    lists and tuples (`TensorDataset.tensors`), and those of a dataset it wraps."""
+    found: set[int] = set()
+    for value in list(getattr(dataset, "__dict__", {}).values()):
+        items = list(value[:16]) if isinstance(value, (list, tuple)) else [value]
+        found.update(a for a in map(_address, items) if a is not None)
+        if depth < 3 and isinstance(value, torch.utils.data.Dataset):
+            found |= _addresses_in(value, depth + 1)
+    return found
+
+
+def _serves(value, dataset, depth: int = 0) -> bool:
+    """`value` is `dataset`, or a DataLoader or dataset wrapper (`.dataset`) around it."""
+    if value is dataset:
+        return True
+    inner = getattr(value, "dataset", None)
+    return depth < 4 and inner is not None and _serves(inner, dataset, depth + 1)
 
 
 def _variable(name: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from nandoctor.instrument.kinds import counted_kinds
 from nandoctor.report.model import Finding, Location
 from nandoctor.source_values import enclosing_class, writes_nonfinite_constant
 from nandoctor.stages import StageContext
@@ -27,10 +28,12 @@ _SHOWN_HOPS = 4  # lines the values passed through, shown as evidence
 def install(session, request: dict) -> None:
     """Trace the script from its start until the first batch is fetched or the model first
     runs, then say where the requested values were made and stop the run."""
+    from nandoctor.instrument.loaders import watch_loader_batches
     from nandoctor.instrument.provenance import ProvenanceTracer
 
     tracer = ProvenanceTracer()
     answered = False
+    served: list = []  # the dataset of the first batch
 
     def training_begins(*_) -> None:
         nonlocal answered
@@ -38,24 +41,50 @@ def install(session, request: dict) -> None:
             return
         answered = True
         tracer.stop()
-        session.events.emit(EVENT, chain=_chain(tracer, request))
+        chain = _chain(tracer, request, served)
+        session.events.emit(EVENT, chain=[_step(m) for m in chain],
+                            cleanup=_cleanup(tracer, chain, served))  # fmt: skip
         session.stopping = True  # stops the script at its next step boundary
 
+    def first_batch(loaded) -> None:
+        if not served:
+            served.append(loaded.dataset)
+        training_begins()
+
+    session.hooks.add_undo(watch_loader_batches(first_batch))
     session.on_batch.append(training_begins)
     session.modules.on_root_forward.append(training_begins)
     session.hooks.add_undo(tracer.stop)
     tracer.start()
 
 
-def _chain(tracer, request: dict) -> list[dict]:
+def _chain(tracer, request: dict, served: list) -> list:
+    """From where the values were seen back to where they were made: the dataset attribute or
+    line the request names, else the statement that built the dataset the first batch came
+    from (a `TensorDataset` of the script's arrays)."""
+    sink = None
     if "attribute" in request:
         sink = tracer.first_attribute(set(request["classes"]), request["attribute"])
-    else:
+    elif "line" in request:
         sink = tracer.first_at(request["file"], request["line"])
-    if sink is None:
-        return []
-    return [{"location": _statement_location(m.location), "variable": m.name, "counts": m.counts}
-            for m in tracer.trace_back(sink, set(request.get("kinds", ())))]  # fmt: skip
+    if sink is None and served:
+        sink = tracer.where_bound(served[0])
+    return [] if sink is None else tracer.trace_back(sink, set(request.get("kinds", ())))
+
+
+def _cleanup(tracer, chain: list, served: list) -> dict | None:
+    """A clean-up on the values' way that removed one kind of NaN/Inf and kept another: written
+    into an array the dataset serves, or a filter on the chain."""
+    found = (tracer.cleanup_of(served[0]) if served else None) or tracer.filtered_in(chain)
+    if found is None:
+        return None
+    return {"location": _statement_location(found.location), "variable": found.variable,
+            "before": found.before, "after": found.after}  # fmt: skip
+
+
+def _step(made) -> dict:
+    return {"location": _statement_location(made.location), "variable": made.name,
+            "counts": made.counts}  # fmt: skip
 
 
 def _statement_location(where) -> dict:
@@ -95,8 +124,10 @@ def traced_to_where_made(context: StageContext, finding: Finding, request: dict)
     watch = context.watch
     run = run_child(options, context.workdir, name=_RUN,
                     timeout_s=rerun_timeout_s(context.config, watch, len(watch.steps)))  # fmt: skip
-    chain = (run.first(EVENT) or {}).get("chain") or []
-    chain = _trimmed(chain)
+    answer = run.first(EVENT) or {}
+    if answer.get("cleanup"):
+        return _at_the_cleanup(finding, answer["cleanup"])
+    chain = _trimmed(answer.get("chain") or [])
     if len(chain) < 2:
         return finding
     made = Location.from_dict(chain[-1]["location"])
@@ -113,6 +144,21 @@ def traced_to_where_made(context: StageContext, finding: Finding, request: dict)
     fix = (f"repair the values where they are made (line {made.line}: `{made.code}`): drop or "
            "impute the NaN/Inf rows there, before training")  # fmt: skip
     return dataclasses.replace(finding, location=made, evidence=evidence, fix=fix)
+
+
+def _at_the_cleanup(finding: Finding, cleanup: dict) -> Finding:
+    """The script already cleans these values, and its clean-up let one kind through: that line
+    is what to complete (a NaN test, `x != x` or `np.isnan`, that `np.isfinite` would make
+    whole)."""
+    where = Location.from_dict(cleanup["location"])
+    evidence = (f"the script re-run from its start under a line tracer: line {where.short()} "
+                f"(`{where.code}`) cleans `{cleanup['variable']}` of some NaN/Inf but not all: "
+                f"{cleanup['before']} before it, {cleanup['after']} after")  # fmt: skip
+    missed = ", ".join(sorted(counted_kinds(cleanup["after"])))
+    fix = (f"make the clean-up at line {where.line} (`{where.code}`) catch every non-finite "
+           f"value, {missed} included: test with `np.isfinite` / `torch.isfinite`")  # fmt: skip
+    return dataclasses.replace(finding, location=where, evidence=(evidence, *finding.evidence),
+                               fix=fix)  # fmt: skip
 
 
 def _trimmed(chain: list[dict]) -> list[dict]:
