@@ -14,7 +14,7 @@ def write_archive(path, rng):
     series = rng.normal(size=(160, 24))
     series[[37, 111], 5:9] = 1e30  # placeholder, rewritten as the outage token below
     with open(path, "w") as file:
-        for label, row in zip(rng.integers(0, 3, size=160), series):
+        for label, row in zip(rng.integers(0, 3, size=160), series, strict=True):
             fields = ["NaN" if v == 1e30 else f"{v:.4f}" for v in row]
             file.write("\t".join([str(label), *fields]) + "\n")
 
@@ -26,7 +26,9 @@ def read_archive(path):
 
 def train():
     dataset = TensorDataset(torch.tensor(x_train, dtype=torch.float32), torch.from_numpy(y_train))
-    loader = DataLoader(dataset, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        dataset, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     model = torch.nn.Sequential(torch.nn.Linear(24, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     for epoch in range(2):

@@ -31,7 +31,9 @@ def main():
     features = extracted_features(rng)
     data = Frames(features, rng.normal(size=256).astype(np.float32))
     data.features[data.features != data.features] = 0  # fix here
-    loader = DataLoader(data, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        data, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     model = torch.nn.Linear(6, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for x, y in loader:

@@ -9,6 +9,13 @@ variables arrived non-finite as arguments, and which calls returned NaN/Inf. Fro
 where the values were seen (the sink), the walk goes upstream: to the latest line that made a
 variable the sink's statement reads non-finite, into the call on that line that returned them,
 or out to the caller whose argument brought them, until a line made NaN/Inf from finite inputs.
+Where no line of the script holds the values as they enter torch (a `TensorDataset` of the
+script's arrays), the walk starts at the statement that built the Dataset (or DataLoader) the
+first batch came from.
+
+A clean-up the script already does is noted too: a statement that wrote into an array holding
+NaN/Inf, or rebound a variable to its own values filtered, and left one kind of them
+(`x[x != x] = 0` zeroes NaN and keeps -inf).
 
 Only objects that are new to a variable, or that its line changes in place (`x[i] = v`,
 `rows.append(r)`), are checked, so a line costs a dictionary walk, not a scan of every array.
@@ -78,7 +85,6 @@ class ProvenanceTracer:
         self.made: list[Made] = []
         self._counter = itertools.count(1)
         self._frames: dict[int, _Frame] = {}  # id(frame object) -> its record, while it runs
-        self._stack: list[_Frame] = []
         self._keys = itertools.count(1)
         self._user: dict[str, str] = {}
         self._previous = None
@@ -116,7 +122,6 @@ class ProvenanceTracer:
         self._frames[id(frame)] = record
         if frame.f_code.co_name == "<module>":
             self._modules.setdefault(self._user_file(frame.f_code), record.key)
-        self._stack.append(record)
         for name, value in self._values(frame):
             record.ids[name] = id(value)
             if holds_nonfinite(value):
@@ -140,8 +145,6 @@ class ProvenanceTracer:
             if holds_nonfinite(arg):
                 self._note(record, frame, record.line, _RETURN, arg)
             self._frames.pop(id(frame), None)
-            if self._stack and self._stack[-1] is record:
-                self._stack.pop()
         return self._on_line
 
     def _statement(self, frame) -> int:
