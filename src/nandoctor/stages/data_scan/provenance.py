@@ -41,10 +41,15 @@ def install(session, request: dict) -> None:
             return
         answered = True
         tracer.stop()
-        chain = _chain(tracer, request, served)
-        session.events.emit(EVENT, chain=[_step(m) for m in chain],
-                            cleanup=_cleanup(tracer, chain, served))  # fmt: skip
         session.stopping = True  # stops the script at its next step boundary
+        try:
+            chain = _chain(tracer, request, served)
+            steps, cleanup = [_step(m) for m in chain], _cleanup(tracer, chain, served)
+        except Exception as error:  # the tracer's trouble leaves the finding as it was
+            session.events.emit("note", text=f"the data provenance tracer stopped: "
+                                             f"{type(error).__name__}: {error}")  # fmt: skip
+            return
+        session.events.emit(EVENT, chain=steps, cleanup=cleanup)
 
     def first_batch(loaded) -> None:
         if not served:
