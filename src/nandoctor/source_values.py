@@ -932,15 +932,7 @@ def _returned_by(tree: ast.AST, call: ast.Call) -> ast.AST | None:
 def _mutates(node: ast.AST, name: str) -> bool:
     """`node` changes what `name` holds in place: `name[i] = ...`, `name.x = ...`,
     `name += ...`, or a method call on it as a statement (`name.append(row)`)."""
-    if isinstance(node, ast.AugAssign):
-        return _based_on(node.target, name)
-    if isinstance(node, (ast.Assign, ast.AnnAssign)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        return any(isinstance(target, (ast.Subscript, ast.Attribute)) and _based_on(target, name)
-                   for target in targets)  # fmt: skip
-    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Attribute)
-            and _based_on(node.value.func.value, name))  # fmt: skip
+    return any(_based_on(target, name) for target in _changed_targets(node))
 
 
 def _based_on(node: ast.AST, name: str) -> bool:
@@ -1194,7 +1186,10 @@ def _read_name(node: ast.AST) -> str | None:
     return None
 
 
-def _changed_targets(statement: ast.stmt) -> list[ast.AST]:
+def _changed_targets(statement: ast.AST) -> list[ast.AST]:
+    """What a statement changes in place (or rebinds, for `x += ...`): the target of an
+    augmented assignment, the subscript and attribute targets of an assignment, the object a
+    method is called on in an expression statement."""
     if isinstance(statement, ast.AugAssign):
         return [statement.target]
     if isinstance(statement, (ast.Assign, ast.AnnAssign)):

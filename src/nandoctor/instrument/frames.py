@@ -52,7 +52,8 @@ def is_library_file(name: str) -> bool:
     )
 
 
-def _user_file(code) -> str:
+def user_file(code) -> str:
+    """The absolute path of a code object's file when it is user code, else ""."""
     # Keyed by file name, not by code object: code objects compare equal across files when
     # their bytecode is the same (one helper function copied into two scripts).
     name = code.co_filename
@@ -68,9 +69,9 @@ def find_user_frame(frame: FrameType | None = None) -> SourceLine | None:
     f = frame if frame is not None else sys._getframe(1)
     while f is not None:
         code = f.f_code
-        user_file = _user_file(code)
-        if user_file:
-            return SourceLine(user_file, f.f_lineno, code.co_name)
+        path = user_file(code)
+        if path:
+            return SourceLine(path, f.f_lineno, code.co_name)
         f = f.f_back
     return None
 
@@ -90,10 +91,8 @@ def find_construction_frame(instance: object) -> SourceLine | None:
     methods of the instance itself (a subclass defined in the script calls `super().__init__`)."""
     f = sys._getframe(1)
     while f is not None:
-        user_file = _user_file(f.f_code)
-        if user_file and not (
-            f.f_code.co_name == "__init__" and f.f_locals.get("self") is instance
-        ):
-            return SourceLine(user_file, f.f_lineno, f.f_code.co_name)
+        path = user_file(f.f_code)
+        if path and not (f.f_code.co_name == "__init__" and f.f_locals.get("self") is instance):
+            return SourceLine(path, f.f_lineno, f.f_code.co_name)
         f = f.f_back
     return None

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from nandoctor.instrument.frames import SourceLine, is_library_file
+from nandoctor.instrument.frames import SourceLine, user_file
 from nandoctor.instrument.tensors import NonfiniteCount, count_nonfinite, is_checked, is_finite
 from nandoctor.source_values import container_reads
 
 _MAX_ITEMS = 16  # items of a list/dict variable looked into
-_is_user_code: dict = {}
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class _Tracer:
         self.found: Origin | None = None
 
     def on_call(self, frame, event, arg):
-        if self.found is not None or event != "call" or not _user_code(frame.f_code):
+        if self.found is not None or event != "call" or not user_file(frame.f_code):
             return None
         bad_at_entry = {name for name, value in frame.f_locals.items() if holds_nonfinite(value)}
         state = {"line": frame.f_lineno, "bad": bad_at_entry}
@@ -99,13 +98,6 @@ def _container_read(frame, where: SourceLine) -> str | None:
     holder = frame.f_locals.get("self")
     bad = [name for name in names if holds_nonfinite(getattr(holder, name, None))]
     return bad[0] if len(bad) == 1 else None
-
-
-def _user_code(code) -> bool:
-    known = _is_user_code.get(code)
-    if known is None:
-        known = _is_user_code[code] = not is_library_file(os.path.abspath(code.co_filename))
-    return known
 
 
 def _line(frame, line: int) -> SourceLine:

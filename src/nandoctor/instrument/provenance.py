@@ -24,14 +24,13 @@ Only objects that are new to a variable, or that its line changes in place (`x[i
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 import weakref
 from dataclasses import dataclass, field
 
 import torch
 
-from nandoctor.instrument.frames import SourceLine, is_library_file
+from nandoctor.instrument.frames import SourceLine, user_file
 from nandoctor.instrument.kinds import counted_kinds
 from nandoctor.instrument.origin import holds_nonfinite, nonfinite_counts
 from nandoctor.source_values import line_dataflow
@@ -86,7 +85,6 @@ class ProvenanceTracer:
         self._counter = itertools.count(1)
         self._frames: dict[int, _Frame] = {}  # id(frame object) -> its record, while it runs
         self._keys = itertools.count(1)
-        self._user: dict[str, str] = {}
         self._previous = None
         self.cleanups: list[Cleanup] = []
         self._modules: dict[str, int] = {}  # file -> the key of its module-level frame
@@ -102,30 +100,23 @@ class ProvenanceTracer:
     def stop(self) -> None:
         sys.settrace(self._previous)
 
-    def _user_file(self, code) -> str:
-        name = code.co_filename
-        known = self._user.get(name)
-        if known is None:
-            known = self._user[name] = "" if is_library_file(name) else os.path.abspath(name)
-        return known
-
     def _on_call(self, frame, event, arg):
-        if event != "call" or not self._user_file(frame.f_code):
+        if event != "call" or not user_file(frame.f_code):
             return None
         record = _Frame(next(self._keys))
         parent = self._frames.get(id(frame.f_back)) if frame.f_back is not None else None
         if parent is not None:
             back = frame.f_back.f_code
-            called_at = SourceLine(os.path.abspath(back.co_filename), parent.line, back.co_name)
+            called_at = SourceLine(user_file(back), parent.line, back.co_name)
             self._callers[record.key] = (parent.key, called_at, parent.began)
         record.line, record.began = self._statement(frame), next(self._counter)
         self._frames[id(frame)] = record
         if frame.f_code.co_name == "<module>":
-            self._modules.setdefault(self._user_file(frame.f_code), record.key)
+            self._modules.setdefault(user_file(frame.f_code), record.key)
         for name, value in self._values(frame):
             record.ids[name] = id(value)
             if holds_nonfinite(value):
-                self._note(record, frame, frame.f_lineno, _ENTRY + name, value)
+                self._note(record, frame, record.line, _ENTRY + name, value)
         return self._on_line
 
     def _on_line(self, frame, event, arg):
@@ -149,13 +140,12 @@ class ProvenanceTracer:
 
     def _statement(self, frame) -> int:
         """The first line of the statement the frame is at."""
-        flow = line_dataflow(self._user_file(frame.f_code), frame.f_lineno)
-        return flow.start if flow is not None else frame.f_lineno
+        return _statement_start(user_file(frame.f_code), frame.f_lineno)
 
     def _check(self, record: _Frame, frame) -> None:
         """The variables the line that just ran left holding NaN/Inf: those it bound to a new
         object, or changed in place."""
-        flow = line_dataflow(self._user_file(frame.f_code), record.line)
+        flow = line_dataflow(user_file(frame.f_code), record.line)
         changed = flow.changes if flow is not None else frozenset()
         for name, value in self._values(frame):
             if record.ids.get(name) == id(value) and name not in changed:
@@ -171,7 +161,7 @@ class ProvenanceTracer:
 
     def _begin_writes(self, record: _Frame, frame) -> None:
         """The arrays holding NaN/Inf that the statement about to run writes elements of."""
-        flow = line_dataflow(self._user_file(frame.f_code), record.line)
+        flow = line_dataflow(user_file(frame.f_code), record.line)
         for path in flow.written if flow is not None else ():
             value = _resolved(frame.f_locals, path)
             if _address(value) is not None and holds_nonfinite(value):
@@ -183,7 +173,7 @@ class ProvenanceTracer:
         for path, value, before in record.writing:
             after = nonfinite_counts(value) if holds_nonfinite(value) else ""
             if after and counted_kinds(before) - counted_kinds(after):
-                where = SourceLine(self._user_file(frame.f_code), record.line, frame.f_code.co_name)
+                where = SourceLine(user_file(frame.f_code), record.line, frame.f_code.co_name)
                 self.cleanups.append(Cleanup(where, ".".join(path), before, after, _address(value)))
         record.writing = []
 
@@ -204,7 +194,7 @@ class ProvenanceTracer:
         code = frame.f_code
         owner = frame.f_locals.get("self")
         classes = tuple(c.__name__ for c in type(owner).__mro__) if name.startswith("self.") else ()
-        where = SourceLine(os.path.abspath(code.co_filename), line, code.co_name)
+        where = SourceLine(user_file(code), line, code.co_name)
         self.made.append(Made(next(self._counter), record.began, record.key, where, name,
                               nonfinite_counts(value), classes))  # fmt: skip
 
@@ -242,8 +232,9 @@ class ProvenanceTracer:
     def first_at(self, file: str, line: int) -> Made | None:
         """The first variable (or returned value) a statement at `line` of `file` left holding
         NaN/Inf."""
+        start = _statement_start(file, line)  # notes are at a statement's first line
         return next((m for m in self.made if m.location.file == file
-                     and _start(m.location) == _start(SourceLine(file, line, ""))
+                     and m.location.line == start
                      and not m.name.startswith(_ENTRY)), None)  # fmt: skip
 
     def trace_back(self, sink: Made, kinds: set[str] = frozenset()) -> list[Made]:
@@ -352,6 +343,6 @@ def _variable(name: str) -> str:
     return name[len(_ENTRY) :] if name.startswith(_ENTRY) else name
 
 
-def _start(location: SourceLine) -> int:
-    flow = line_dataflow(location.file, location.line)
-    return flow.start if flow is not None else location.line
+def _statement_start(file: str, line: int) -> int:
+    flow = line_dataflow(file, line)
+    return flow.start if flow is not None else line

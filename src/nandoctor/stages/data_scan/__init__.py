@@ -14,6 +14,7 @@ from nandoctor.stages.data_scan.findings import (
     NAME,
     constant_finding,
     first_bad_kinds,
+    located_origin,
     magnitude_finding,
     nonfinite_finding,
     target_findings,
@@ -82,8 +83,9 @@ def _traced(context: StageContext, finding: Finding | None, kinds: list[str]) ->
     when the batch only carried values made before training."""
     if finding is None or not context.config.data_scan.trace_where_made:
         return finding
-    origin = next((o for o in context.watch.all("data_origin") if o.get("location")), None)
-    request = provenance.request_for(finding, origin, context.target.absolute_script)
+    request = provenance.request_for(
+        finding, located_origin(context.watch), context.target.absolute_script
+    )
     if request is None:
         return finding
     return provenance.traced_to_where_made(context, finding, {**request, "kinds": kinds})

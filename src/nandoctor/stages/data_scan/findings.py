@@ -24,6 +24,11 @@ def _bad_leaves(batches: list[dict]) -> list[tuple[dict, dict]]:
     return [(event, leaf) for event in batches for leaf in event["leaves"] if leaf.get("bad_at")]
 
 
+def located_origin(watch) -> dict | None:
+    """The first bad sample's refetch that found the line of `__getitem__` that made it."""
+    return next((o for o in watch.all("data_origin") if o.get("location")), None)
+
+
 def first_bad_kinds(batches: list[dict]) -> list[str]:
     """Which of "nan", "+inf", "-inf" the first batch tensor with NaN/Inf holds."""
     bad = _bad_leaves(batches)
@@ -39,7 +44,7 @@ def nonfinite_finding(watch, batches: list[dict]) -> Finding | None:
     event, leaf = bad[0]
     sample = leaf["bad_at"][0]
     dataset_at = [i for i in leaf.get("dataset_at", []) if i is not None]
-    origin = next((o for o in watch.all("data_origin") if o.get("location")), None)
+    origin = located_origin(watch)
     tried = watch.first("data_origin")
     explains = _explains_failure(watch.nonfinite, event["step"])
     kinds = _kinds(leaf)

@@ -83,21 +83,13 @@ def _cleanup(tracer, chain: list, served: list) -> dict | None:
     found = (tracer.cleanup_of(served[0]) if served else None) or tracer.filtered_in(chain)
     if found is None:
         return None
-    return {"location": _statement_location(found.location), "variable": found.variable,
+    return {"location": found.location.as_dict(), "variable": found.variable,
             "before": found.before, "after": found.after}  # fmt: skip
 
 
 def _step(made) -> dict:
-    return {"location": _statement_location(made.location), "variable": made.name,
+    return {"location": made.location.as_dict(), "variable": made.name,
             "counts": made.counts}  # fmt: skip
-
-
-def _statement_location(where) -> dict:
-    from nandoctor.source_values import line_dataflow
-
-    flow = line_dataflow(where.file, where.line)
-    line = flow.start if flow is not None else where.line
-    return dataclasses.replace(where, line=line).as_dict()
 
 
 # ---- in nandoctor ----------------------------------------------------------------------------
