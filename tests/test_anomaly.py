@@ -149,6 +149,26 @@ def test_a_softmax_over_a_fully_masked_row_is_fixed_at_the_mask(nandoctor):
     assert "masked_fill(~present, torch.finfo(scores.dtype).min)" in cause["fix"]
 
 
+def test_a_clamp_whose_bound_the_next_op_cannot_take_is_fixed_at_the_clamp(nandoctor):
+    # sqrt(d2.clamp(min=0)): the script guarded the square root, but a distance of a point to
+    # itself sits on the bound, where the derivative of sqrt is infinite. The line to edit is
+    # the clamp's, rewritten and re-run with its bound just inside the domain.
+    script = "pairwise_distance_clamp_zero.py"
+    result = nandoctor("run", script, *ANOMALY)
+    assert result.exit_code == 1
+    first = result.report["first_nonfinite"]
+    assert (first["phase"], first["step"]) == ("backward", 0)
+    assert first["location"]["line"] == line_of(script, "return d2.sqrt()")
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("invalid_operation", "IO104")
+    assert cause["location"]["line"] == line_of(script, "d2 = d2.clamp(min=0.0)")
+    assert cause["fix"].startswith("`d2 = d2.clamp(min=1e-12)`")
+    assert any("32 of its 1024 values sat on the bound" in e for e in cause["evidence"])
+    assert cause["verified_fix"] is True
+    assert any("re-ran with line 19 as `d2 = d2.clamp(min=1e-12)`" in e
+               for e in cause["evidence"])  # fmt: skip
+
+
 def test_a_clip_for_a_script_without_clipping_goes_after_its_backward_call(nandoctor):
     # One rare long sequence's gradient jumps (EG602): the script sets no clipping anywhere, so
     # the line to edit is its `loss.backward()`, after which `clip_grad_norm_` goes.

@@ -4,12 +4,13 @@ the guarded re-run computes (no child processes: the guard runs in this process)
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 import torch
 
-from nandoctor.fixes import GUARDS, guard_for, guarded_line
-from nandoctor.instrument.remedies import Float32AtTheLine, OpGuard
+from nandoctor.fixes import GUARDS, bound_remedy, guard_for, guarded_line
+from nandoctor.instrument.remedies import BoundAtTheLine, Float32AtTheLine, OpGuard
 
 
 @pytest.mark.parametrize(
@@ -98,6 +99,40 @@ def test_the_shown_line_computes_what_the_guarded_rerun_computes(tmp_path, op, s
     got, _ = _compute(tmp_path, "original", line, values, rerun)
     assert rerun.applied > 0
     torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+_UNIT = [{"side": "min", "bound": -1.0}, {"side": "max", "bound": 1.0}]
+_ZERO = [{"side": "min", "bound": 0.0}]
+
+
+@pytest.mark.parametrize(
+    ("line", "bounds", "expected"),
+    [
+        ("out = torch.acos(torch.clamp(cosine, -1.0, 1.0))", _UNIT,
+         "out = torch.acos(torch.clamp(cosine, -1 + 1e-7, 1 - 1e-7))"),
+        ("out = cosine.clamp(min=-1, max=1).acos()", _UNIT,
+         "out = cosine.clamp(min=-1 + 1e-7, max=1 - 1e-7).acos()"),
+        ("out = torch.sqrt(a.clamp_min(0))", _ZERO, "out = torch.sqrt(a.clamp_min(1e-12))"),
+        ("out = torch.clip(a, 0.0, None).sqrt()", _ZERO,
+         "out = torch.clip(a, 1e-12, None).sqrt()"),
+        # a bound that is not the singular one stays as written
+        ("out = torch.log(a.clamp(0, 5.0))", _ZERO, "out = torch.log(a.clamp(1e-12, 5.0))"),
+    ],
+)  # fmt: skip
+def test_a_clamp_on_the_ops_singular_point_is_shown_and_rerun_alike(tmp_path, line, bounds,
+                                                                    expected):  # fmt: skip
+    remedy = bound_remedy(str(tmp_path / "original.py"), 5, line, bounds, "float32")
+    assert remedy["shown"] == expected
+    values = {"a": torch.tensor([-0.5, 0.0, 2.0]), "cosine": torch.tensor([-1.5, 0.2, 1.0])}
+    used = {n for n in values if re.search(rf"\b{n}\b", line)}
+    values = {n: v.requires_grad_() for n, v in values.items() if n in used}
+    shown, _ = _compute(tmp_path, "shown", expected, values)
+    rerun = BoundAtTheLine(remedy["file"], 5, remedy["bounds"])
+    got, _ = _compute(tmp_path, "original", line, values, rerun)
+    assert rerun.applied > 0
+    torch.testing.assert_close(got, shown)
+    (gradient,) = torch.autograd.grad(got.sum(), list(values.values()))
+    assert gradient.isfinite().all()
 
 
 def test_a_line_computed_in_float32_hands_its_result_back_in_half(tmp_path):

@@ -158,15 +158,19 @@ _CODES = (
         "the gradient of an op is not finite at its input",
         "the first NaN/Inf is born in the backward of a forward op whose derivative is infinite "
         "or undefined at its input (sqrt(0), a norm of a zero vector, acos(1)), or overflows "
-        "there because the op's denominator collapsed towards 0 (a learned variance of 1e-41)",
-        ("sqrt_backward.py", "gaussian_nll_variance_collapse.py"),
+        "there because the op's denominator collapsed towards 0 (a learned variance of 1e-41); "
+        "located at a clamp when the op's input came from one whose bound is that very point "
+        "and values sat on it (`sqrt(d.clamp(min=0))`, `acos(c.clamp(-1, 1))`)",
+        ("sqrt_backward.py", "gaussian_nll_variance_collapse.py",
+         "pairwise_distance_clamp_zero.py"),  # fmt: skip
     ),
     Code(
         "IO105",
         "anomaly",
         "an op received inputs outside its domain",
         "the op that made the first NaN/Inf in the forward pass received inputs outside its "
-        "domain (log of 0, 0/0, a fractional power of a negative base)",
+        "domain (log of 0, 0/0, a fractional power of a negative base); located at a clamp "
+        "whose bound put the values there (`log(p.clamp(min=0))`), as IO104",
         ("bare_tensor_log_zero.py", "div_zero_norm_module.py"),
     ),
     Code(

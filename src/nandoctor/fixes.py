@@ -162,6 +162,80 @@ def _parse_line(text: str) -> tuple[ast.AST, str, str, str] | None:
     return None
 
 
+# A clamp's bound moved strictly inside the next op's domain, as written in a fix and as a
+# re-run applies it: (bound, side, reduced precision) -> the new bound's source.
+_INSIDE_BOUNDS = {
+    (0.0, "min", False): "1e-12", (0.0, "min", True): "1e-4",
+    (1.0, "max", False): "1 - 1e-7", (1.0, "max", True): "1 - 1e-2",
+    (-1.0, "min", False): "-1 + 1e-7", (-1.0, "min", True): "-1 + 1e-2",
+}  # fmt: skip
+CLAMPS = frozenset({"clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_min_",
+                     "clamp_max", "clamp_max_"})  # fmt: skip
+
+
+def inside_bound(bound: float, side: str, dtype: str | None) -> str | None:
+    """The source of a bound just inside the domain, for a clamp whose `side` bound is `bound`
+    (None for a bound this table does not move)."""
+    return _INSIDE_BOUNDS.get((float(bound), side, dtype in REDUCED_DTYPES))
+
+
+def bound_remedy(file: str, line: int, code: str | None, bounds: list[dict],
+                 dtype: str | None) -> dict | None:  # fmt: skip
+    """The `move_bound` remedy: each of `bounds` ({"side", "bound"}) of the clamps at
+    file:line moved just inside the domain. `shown`: the line rewritten the same way."""
+    moved = [{**b, "to": inside} for b in bounds
+             if (inside := inside_bound(b["bound"], b["side"], dtype)) is not None]  # fmt: skip
+    if not moved:
+        return None
+    shown = moved_bound_line(code, moved) if code else None
+    return {"kind": "move_bound", "file": file, "line": line, "bounds": moved, "shown": shown}
+
+
+def moved_bound_line(code: str, moved: list[dict]) -> str | None:
+    """`cos = torch.clamp(cos, -1.0, 1.0)` with each bound of `moved` ({"side", "bound",
+    "to"}) written as its "to"; None when the line writes none of them as a number."""
+    parsed = _parse_line(code.strip())
+    if parsed is None:
+        return None
+    tree, text, before, after = parsed
+    edits = [(node, b["to"]) for call in ast.walk(tree)
+             if isinstance(call, ast.Call) and _function_name(call) in CLAMPS
+             for b in moved
+             if (node := _bound_argument(call, b["side"])) is not None
+             and _number(node) == b["bound"]]  # fmt: skip
+    if not edits:
+        return None
+    for node, inside in sorted(edits, key=lambda e: e[0].col_offset, reverse=True):
+        text = text[: node.col_offset] + inside + text[node.end_col_offset :]
+    return before + text.removesuffix(_BODY) + after
+
+
+def _bound_argument(call: ast.Call, side: str) -> ast.AST | None:
+    """The argument of a clamp call that gives its `side` ("min" or "max") bound."""
+    for keyword in call.keywords:
+        if keyword.arg == side:
+            return keyword.value
+    name = (_function_name(call) or "").rstrip("_")
+    as_method = isinstance(call.func, ast.Attribute) and not _is_module(call.func.value)
+    first = 0 if as_method else 1  # torch.clamp(x, lo, hi) against x.clamp(lo, hi)
+    if name in ("clamp_min", "clamp_max"):
+        wanted = first if name == f"clamp_{side}" else None
+    else:
+        wanted = first + (0 if side == "min" else 1)
+    return call.args[wanted] if wanted is not None and len(call.args) > wanted else None
+
+
+def _number(node: ast.AST) -> float | None:
+    """The value of a written number (`1.0`, `-1`, `0.`), or None."""
+    sign = 1.0
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        sign, node = -1.0, node.operand
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool):  # fmt: skip
+        return sign * float(node.value)
+    return None
+
+
 # Functions that write a constant into a tensor: a mask's -inf goes in through one of them.
 FILLS = frozenset({"masked_fill", "masked_fill_", "where", "full", "full_like", "new_full",
                    "fill_", "fill"})  # fmt: skip

@@ -716,6 +716,7 @@ def _birth_dict(birth: Birth) -> dict:
         "inputs_nonfinite": birth.inputs_nonfinite,
         "received": birth.received,
         "notes": list(birth.notes),
+        "bounded_at": birth.bounded_at,
     }
 
 

@@ -50,6 +50,17 @@ _ALIAS_OPS = {"detach", "alias", "view", "_unsafe_view", "reshape", "expand", "t
 _MASK_OPS = {"masked_fill", "fill", "full", "full_like", "new_full", "where", "index_put",
              "index_fill", "masked_scatter", "scalar_tensor", "copy", "clamp", "triu", "tril"}  # fmt: skip
 
+# A clamp's bound can sit exactly where the next op breaks: `acos(x.clamp(-1, 1))` has an
+# infinite derivative at the bound, `sqrt(x.clamp(min=0))` too, `log(x.clamp(min=0))` is -inf
+# there. Op -> (the position of the operand, its points).
+_SINGULAR_POINTS = {
+    "acos": (0, (-1.0, 1.0)), "asin": (0, (-1.0, 1.0)), "atanh": (0, (-1.0, 1.0)),
+    "sqrt": (0, (0.0,)), "rsqrt": (0, (0.0,)), "reciprocal": (0, (0.0,)),
+    "log": (0, (0.0,)), "log2": (0, (0.0,)), "log10": (0, (0.0,)), "log1p": (0, (-1.0,)),
+    "div": (1, (0.0,)), "pow": (0, (0.0,)),
+}  # fmt: skip
+_BOUNDING_OPS = {"clamp", "clip", "clamp_min", "clamp_max"}
+
 _MAX_BIRTHS = 20000
 _MAX_SITES = 500000
 
@@ -101,6 +112,8 @@ class Birth:
     inputs_nonfinite: bool = False  # entered torch already non-finite (data, numpy, files)
     received: bool = False  # written by a collective: another rank of the launch made it
     notes: list[str] = field(default_factory=list)
+    # the clamp whose bound is the op's singular point, and what its output held there
+    bounded_at: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +167,10 @@ class NonfiniteDetector(TorchDispatchMode):
         self._taint: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._sites: dict[int, ForwardSite] = {}
         self._forward_births: set[int] = set()  # sequence numbers whose forward op gave non-finite
+        # clamp outputs -> (min, max, where): a bound the next op cannot take is a fix's line
+        self._bounds: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._bounded_at: dict[int, dict] = {}  # sequence number -> a clamp at a singular point
+        self._bounded_now: dict | None = None  # the same, for the forward op being dispatched
         self._last_sequence_nr = _peek_sequence_nr()
         self._op_sequence_nrs = range(0)  # autograd nodes created by the op being dispatched
         self._ids = itertools.count(1)
@@ -185,11 +202,15 @@ class NonfiniteDetector(TorchDispatchMode):
         if name in _ALIAS_OPS:
             out = func(*args, **kwargs)
             self._pass_taint(args, out)
+            self._pass_bounds(args, out)
             return out
         written = [args[i] for i in _writes(func) if i < len(args)]
         bad_before = self._bad_before_write(written, context.phase)
+        self._bounded_now = self._bounded_at_a_singular_point(name, args) if node is None else None
         out = func(*args, **kwargs)
         self._last_sequence_nr = _peek_sequence_nr()
+        if name in _BOUNDING_OPS and node is None:
+            self._record_bounds(name, args, kwargs, out)
         self._check(func, name, args, kwargs, out, written, bad_before, node)
         return out
 
@@ -203,10 +224,62 @@ class NonfiniteDetector(TorchDispatchMode):
         if len(self._sites) > _MAX_SITES:
             self._sites.clear()
             self._forward_births.clear()
+            self._bounded_at.clear()
         site = ForwardSite(str(func), find_user_frame(), self.context.module)
         for sequence_nr in range(self._last_sequence_nr, current):
             self._sites[sequence_nr] = site
         self._last_sequence_nr = current
+
+    # ---- clamps whose bound the next op cannot take -----------------------------------------
+    def _record_bounds(self, name: str, args, kwargs, out) -> None:
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+            return
+        given = list(args[1:]) + [None, None]
+        if name == "clamp_min":
+            low, high = given[0], None
+        elif name == "clamp_max":
+            low, high = None, given[0]
+        else:
+            low, high = kwargs.get("min", given[0]), kwargs.get("max", given[1])
+        numbers = [b if isinstance(b, (int, float)) and not isinstance(b, bool) else None
+                   for b in (low, high)]  # fmt: skip
+        if numbers != [None, None]:
+            self._bounds[out] = (*numbers, find_user_frame())
+
+    def _pass_bounds(self, args, out) -> None:
+        source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if source is not None and isinstance(out, torch.Tensor) and source in self._bounds:
+            self._bounds[out] = self._bounds[source]
+
+    def _bounded_at_a_singular_point(self, name: str, args) -> dict | None:
+        """The clamp that made this op's operand, when one of its bounds is a point where the
+        op (or its derivative) is infinite and the operand holds values on that bound."""
+        spec = _SINGULAR_POINTS.get(name)
+        if spec is None or not self._bounds:
+            return None
+        position, points = spec
+        operand = args[position] if len(args) > position else None
+        if not isinstance(operand, torch.Tensor) or operand not in self._bounds:
+            return None
+        if name == "pow" and not (
+            isinstance(args[1], (int, float)) and args[1] < 1 and args[1] != 0
+        ):
+            return None  # x ** 2 is fine at 0; x ** 0.5 and x ** -1 are not
+        low, high, where = self._bounds[operand]
+        singular = [{"side": side, "bound": float(bound)}
+                    for side, bound in (("min", low), ("max", high))
+                    if bound is not None and float(bound) in points]  # fmt: skip
+        if not singular or where is None:
+            return None
+        detached = operand.detach()
+        on_bound = sum(int((detached == b["bound"]).sum()) for b in singular)
+        if not on_bound:
+            return None
+        bounded = {"op": name, "bounds": singular, "on_bound": on_bound,
+                   "of": operand.numel(), "location": where.as_dict()}  # fmt: skip
+        for sequence_nr in self._op_sequence_nrs:
+            self._bounded_at[sequence_nr] = bounded
+        return bounded
 
     def _bad_before_write(self, written: list, phase: str) -> set[int]:
         if not written:
@@ -378,8 +451,10 @@ class NonfiniteDetector(TorchDispatchMode):
             why = explain_birth(name, args, kwargs, out)
         explanation, forward_op = why.text, None
         notes = []
+        bounded_at = self._bounded_now
         if node is not None:
             backward_node = node.name()
+            bounded_at = self._bounded_at.get(node._sequence_nr())
             site = self._sites.get(node._sequence_nr())
             backward_call = self.context.backward_call
             if site is not None:
@@ -410,7 +485,7 @@ class NonfiniteDetector(TorchDispatchMode):
             explanation=explanation, nonfinite=counts.describe(), has_nan=counts.nan > 0,
             kind=why.kind, dtype=why.dtype, forward_op=forward_op, facts=facts,
             constant=constant, parent=parent, backward_node=backward_node,
-            backward_call=backward_call, notes=notes,
+            backward_call=backward_call, notes=notes, bounded_at=bounded_at,
         )  # fmt: skip
 
     def _store(self, **fields) -> Birth:

@@ -15,6 +15,9 @@ Each remedy is described by a plain dict (it travels in the child's options):
   what it made from half inputs cast back where another line combines it with half tensors;
 - {"kind": "finite_fill", "file": F, "line": L}: the infinite constants that line's fills
   (masked_fill, where, full...) write become their dtype's most extreme finite values;
+- {"kind": "move_bound", "file": F, "line": L, "bounds": [{"side", "bound", "to"}]}: the
+  clamps at that user line whose min or max is `bound` clamp at `to` instead (a bound just
+  inside the next op's domain);
 - {"kind": "optimizer_eps", "eps": E}: optimizers built with eps <= 0 get eps = E;
 - {"kind": "optimizer_settings", "index": I, "settings": {...}}: the I-th optimizer the script
   builds gets these settings in every param group.
@@ -29,7 +32,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from nandoctor.fixes import CALLS, FILLS, GUARDS, guard_for
+from nandoctor.fixes import CALLS, CLAMPS, FILLS, GUARDS, guard_for
 from nandoctor.instrument.batches import iter_leaves
 from nandoctor.instrument.frames import find_user_frame
 from nandoctor.instrument.tensors import iter_tensors, params_of
@@ -161,6 +164,44 @@ class FiniteFillAtTheLine(TorchFunctionMode):
             self.applied += 1
             return torch.finfo(dtype).min if value < 0 else torch.finfo(dtype).max
         return value
+
+
+class BoundAtTheLine(TorchFunctionMode):
+    """At one user line, a clamp's bound that the next op cannot take (acos at 1, sqrt at 0)
+    becomes the bound just inside its domain, as the fix shown rewrites it."""
+
+    def __init__(self, file: str, line: int, bounds: list[dict]) -> None:
+        super().__init__()
+        self.file, self.line = os.path.abspath(file), line
+        # the same source the fix shows, evaluated: "1 - 1e-7"
+        self.moved = {(b["side"], float(b["bound"])): float(eval(b["to"], {}))  # noqa: S307
+                      for b in bounds}  # fmt: skip
+        self.applied = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        name = getattr(func, "__name__", None)
+        if name in CLAMPS and _at_user_line(self.file, self.line):
+            args, kwargs = self._moved(name.rstrip("_"), list(args), kwargs)
+        return func(*args, **kwargs)
+
+    def _moved(self, name: str, args: list, kwargs: dict) -> tuple[tuple, dict]:
+        if name in ("clamp_min", "clamp_max"):
+            positions = {name.removeprefix("clamp_"): 1}
+        else:
+            positions = {"min": 1, "max": 2}
+        for side, position in positions.items():
+            if side in kwargs:
+                kwargs[side] = self._inside(side, kwargs[side])
+            elif len(args) > position:
+                args[position] = self._inside(side, args[position])
+        return tuple(args), kwargs
+
+    def _inside(self, side: str, bound):
+        if isinstance(bound, (int, float)) and (side, float(bound)) in self.moved:
+            self.applied += 1
+            return self.moved[(side, float(bound))]
+        return bound
 
 
 def _dtype_filled(args, kwargs) -> torch.dtype:
@@ -353,13 +394,14 @@ _AT_A_LINE = {"float32_at": Float32AtTheLine, "finite_fill": FiniteFillAtTheLine
 def apply_remedy(remedy: dict, session) -> None:
     """Install `remedy` for this run (called before the script starts)."""
     kind = remedy["kind"]
-    if kind == "guard_op" or kind in _AT_A_LINE:
+    if kind in ("guard_op", "move_bound") or kind in _AT_A_LINE:
         where = (remedy["file"], int(remedy["line"]))
-        mode = (
-            OpGuard(remedy["op"], *where, remedy.get("guard"))
-            if kind == "guard_op"
-            else _AT_A_LINE[kind](*where)
-        )
+        if kind == "guard_op":
+            mode = OpGuard(remedy["op"], *where, remedy.get("guard"))
+        elif kind == "move_bound":
+            mode = BoundAtTheLine(*where, remedy["bounds"])
+        else:
+            mode = _AT_A_LINE[kind](*where)
         mode.__enter__()
         session.remedy_guard = mode
         return

@@ -6,7 +6,13 @@ import dataclasses
 
 from nandoctor.codes import CODES
 from nandoctor.compiled_only import compiled_only_finding, only_compiled
-from nandoctor.fixes import GUARDABLE_OPS, finite_fill_remedy, guard_for, guard_remedy
+from nandoctor.fixes import (
+    GUARDABLE_OPS,
+    bound_remedy,
+    finite_fill_remedy,
+    guard_for,
+    guard_remedy,
+)
 from nandoctor.instrument.kinds import (
     CONSTANT_OVERFLOW,
     CONVERSION_OVERFLOW,
@@ -209,6 +215,11 @@ def finding_from(
         evidence.append(f"every entry of those rows was set to -inf at {mask.short()}"
                         + (f": {mask.code}" if mask.code else ""))  # fmt: skip
         location = mask
+    if (remedy or {}).get("kind") == "move_bound":
+        # The script guarded the op already; the guard's bound is the one value it cannot take
+        location = Location.from_dict(birth["bounded_at"]["location"])
+        evidence.append(_on_the_bound(first, birth["bounded_at"], location))
+        fix = _bound_fix(first, birth["bounded_at"], remedy, location)
     if code == "OC103":
         fix = _update_overflow_fix(first, own_update)
     if optimizer is not None and (category == "learning_rate" or first.phase == "optimizer"):
@@ -251,6 +262,8 @@ def propose_remedy(
         return None  # weights written non-finite after construction: no re-init reaches them
     if birth.get("inputs_nonfinite") or made_the_tensor(first):
         return {"kind": "sanitize_inputs"}
+    if (moved := _bound_at_a_singular_point(first, birth, category)) is not None:
+        return moved
     if category == "precision" and first.dtype in REDUCED_DTYPES:
         return {"kind": "float32"}
     if category == "exploding_gradients":
@@ -268,6 +281,43 @@ def propose_remedy(
         where = first.location
         return guard_remedy(op, _guard_of(first, op), where.file, where.line, where.code)
     return None
+
+
+def _breaks(first: FirstNonfinite, op: str) -> str:
+    """What `op` does at its singular point, in the phase the NaN/Inf was born in."""
+    return (
+        f"the derivative of {op} is infinite"
+        if first.phase == "backward"
+        else f"{op} is not finite"
+    )
+
+
+def _on_the_bound(first: FirstNonfinite, bounded: dict, clamp: Location) -> str:
+    op = bounded["op"]
+    bounds = " and ".join(f"{b['side']} {b['bound']:g}" for b in bounded["bounds"])
+    return (f"the input of {op} comes from the clamp at {clamp.short()} ({bounds}): "
+            f"{bounded['on_bound']} of its {bounded['of']} values sat on the bound, where "
+            f"{_breaks(first, op)}")  # fmt: skip
+
+
+def _bound_fix(first: FirstNonfinite, bounded: dict, remedy: dict, clamp: Location) -> str:
+    op = bounded["op"]
+    moved = ", ".join(f"{b['side']} {b['to']}" for b in remedy["bounds"])
+    general = (f"the clamp keeps the input of {op} on a bound where {_breaks(first, op)}: "
+               f"clamp strictly inside the domain ({moved})")  # fmt: skip
+    return _with_rewrite(remedy.get("shown"), general)
+
+
+def _bound_at_a_singular_point(first: FirstNonfinite, birth: dict, category: str) -> dict | None:
+    """The `move_bound` remedy when the op's input came from a clamp whose bound is the op's
+    singular point (`acos(x.clamp(-1, 1))`, `sqrt(x.clamp(min=0))`) and values sat on it."""
+    bounded = birth.get("bounded_at")
+    if not bounded or category not in ("invalid_operation", "data"):
+        return None
+    where = Location.from_dict(bounded.get("location"))
+    if where is None:
+        return None
+    return bound_remedy(where.file, where.line, where.code, bounded["bounds"], first.dtype)
 
 
 def _mask_of_a_masked_row(first: FirstNonfinite, birth: dict) -> Location | None:
