@@ -169,6 +169,22 @@ def test_a_clamp_whose_bound_the_next_op_cannot_take_is_fixed_at_the_clamp(nando
                for e in cause["evidence"])  # fmt: skip
 
 
+def test_a_std_of_a_single_value_is_fixed_without_the_correction(nandoctor):
+    # The last minibatch holds one transition: its sample std divides by n - 1 = 0. The
+    # formula is the cause whatever the learning rate: the re-run computes the line's std
+    # without the correction, as the fix shown does.
+    script = "advantage_std_single_sample.py"
+    result = nandoctor("run", script, *ANOMALY)
+    assert result.exit_code == 1
+    first = result.report["first_nonfinite"]
+    assert (first["op"], first["kind"]) == ("aten.std.correction", "too_few_elements")
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("invalid_operation", "IO105")
+    assert cause["location"]["line"] == line_of(script, "adv = (adv - adv.mean())")
+    assert cause["fix"].startswith("`adv = (adv - adv.mean()) / (adv.std(correction=0) + 1e-8)`")
+    assert cause["verified_fix"] is True
+
+
 def test_a_clip_for_a_script_without_clipping_goes_after_its_backward_call(nandoctor):
     # One rare long sequence's gradient jumps (EG602): the script sets no clipping anywhere, so
     # the line to edit is its `loss.backward()`, after which `clip_grad_norm_` goes.

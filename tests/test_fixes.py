@@ -9,8 +9,19 @@ import re
 import pytest
 import torch
 
-from nandoctor.fixes import GUARDS, bound_remedy, guard_for, guarded_line
-from nandoctor.instrument.remedies import BoundAtTheLine, Float32AtTheLine, OpGuard
+from nandoctor.fixes import (
+    GUARDS,
+    bound_remedy,
+    guard_for,
+    guarded_line,
+    population_statistics_line,
+)
+from nandoctor.instrument.remedies import (
+    BoundAtTheLine,
+    Float32AtTheLine,
+    OpGuard,
+    PopulationStatisticsAtTheLine,
+)
 
 
 @pytest.mark.parametrize(
@@ -133,6 +144,31 @@ def test_a_clamp_on_the_ops_singular_point_is_shown_and_rerun_alike(tmp_path, li
     torch.testing.assert_close(got, shown)
     (gradient,) = torch.autograd.grad(got.sum(), list(values.values()))
     assert gradient.isfinite().all()
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("out = (a - a.mean()) / (a.std() + 1e-8)",
+         "out = (a - a.mean()) / (a.std(correction=0) + 1e-8)"),
+        ("out = torch.var(a, dim=0, unbiased=True) + a.std(0)",
+         "out = torch.var(a, dim=0, correction=0) + a.std(0, correction=0)"),
+    ],
+)  # fmt: skip
+def test_a_sample_statistic_is_shown_and_rerun_without_the_correction(tmp_path, line, expected):
+    assert population_statistics_line(line) == expected
+    values = {"a": torch.tensor([[0.7]])}  # a single value: the corrected std is 0/0
+    original, _ = _compute(tmp_path, "before", line, values)
+    assert original.isnan().any()
+    shown, _ = _compute(tmp_path, "shown", expected, values)
+    rerun = PopulationStatisticsAtTheLine(str(tmp_path / "original.py"), 5)
+    got, _ = _compute(tmp_path, "original", line, values, rerun)
+    assert rerun.applied > 0 and shown.isfinite().all()
+    torch.testing.assert_close(got, shown)
+
+
+def test_a_correction_passed_by_position_is_not_rewritten():
+    assert population_statistics_line("out = a.std(0, True)") is None
 
 
 def test_a_line_computed_in_float32_hands_its_result_back_in_half(tmp_path):

@@ -161,15 +161,19 @@ _CODES = (
         "there because the op's denominator collapsed towards 0 (a learned variance of 1e-41); "
         "located at a clamp when the op's input came from one whose bound is that very point "
         "and values sat on it (`sqrt(d.clamp(min=0))`, `acos(c.clamp(-1, 1))`)",
-        ("sqrt_backward.py", "gaussian_nll_variance_collapse.py",
-         "pairwise_distance_clamp_zero.py"),  # fmt: skip
+        (
+            "sqrt_backward.py",
+            "gaussian_nll_variance_collapse.py",
+            "pairwise_distance_clamp_zero.py",
+        ),  # fmt: skip
     ),
     Code(
         "IO105",
         "anomaly",
         "an op received inputs outside its domain",
         "the op that made the first NaN/Inf in the forward pass received inputs outside its "
-        "domain (log of 0, 0/0, a fractional power of a negative base); located at a clamp "
+        "domain (log of 0, 0/0, a fractional power of a negative base, the sample std of a "
+        "single value); located at a clamp "
         "whose bound put the values there (`log(p.clamp(min=0))`), as IO104",
         ("bare_tensor_log_zero.py", "div_zero_norm_module.py"),
     ),

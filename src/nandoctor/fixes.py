@@ -236,6 +236,46 @@ def _number(node: ast.AST) -> float | None:
     return None
 
 
+# Sample statistics whose Bessel correction divides by n - 1: 0/0 for a single value.
+SAMPLE_STATISTICS = frozenset({"std", "var", "std_mean", "var_mean"})
+_CORRECTION_KEYWORDS = ("unbiased", "correction")
+
+
+def population_statistics_remedy(file: str, line: int, code: str | None) -> dict:
+    """The `population_statistics` remedy: the std/var calls at file:line computed without
+    the n - 1 correction, finite for a single value. `shown`: the line rewritten the same way."""
+    shown = population_statistics_line(code) if code else None
+    return {"kind": "population_statistics", "file": file, "line": line, "shown": shown}
+
+
+def population_statistics_line(code: str) -> str | None:
+    """`adv.std()` -> `adv.std(correction=0)` for every std/var call on the line; None when
+    there is none, or one passes its correction by position."""
+    parsed = _parse_line(code.strip())
+    if parsed is None:
+        return None
+    tree, text, before, after = parsed
+    calls = [node for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and _function_name(node) in SAMPLE_STATISTICS]  # fmt: skip
+    if not calls or any(_correction_by_position(call) for call in calls):
+        return None
+    for call in sorted(calls, key=lambda c: c.col_offset, reverse=True):
+        # the callee and the arguments keep their own text; the correction is written last
+        callee = text[call.col_offset : call.func.end_col_offset]
+        arguments = [ast.get_source_segment(text, a) for a in call.args]
+        arguments += [f"{k.arg}={ast.get_source_segment(text, k.value)}" if k.arg
+                      else f"**{ast.get_source_segment(text, k.value)}"
+                      for k in call.keywords if k.arg not in _CORRECTION_KEYWORDS]  # fmt: skip
+        replacement = f"{callee}({', '.join([*arguments, 'correction=0'])})"
+        text = text[: call.col_offset] + replacement + text[call.end_col_offset :]
+    return before + text.removesuffix(_BODY) + after
+
+
+def _correction_by_position(call: ast.Call) -> bool:
+    """`x.std(0, True)` / `torch.std(x, 0, True)`: a bool among the positional arguments."""
+    return any(isinstance(a, ast.Constant) and isinstance(a.value, bool) for a in call.args)
+
+
 # Functions that write a constant into a tensor: a mask's -inf goes in through one of them.
 FILLS = frozenset({"masked_fill", "masked_fill_", "where", "full", "full_like", "new_full",
                    "fill_", "fill"})  # fmt: skip

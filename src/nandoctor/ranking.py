@@ -295,7 +295,8 @@ def _held(finding: Finding, category: str, *kinds: str) -> bool:
 
 
 def _guard_held(finding: Finding) -> bool:
-    return _held(finding, "invalid_operation", "guard_op", "move_bound", "finite_fill")
+    return _held(finding, "invalid_operation", "guard_op", "move_bound",
+                 "population_statistics", "finite_fill")  # fmt: skip
 
 
 def _float32_held(finding: Finding) -> bool:

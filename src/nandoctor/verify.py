@@ -50,6 +50,10 @@ def describe_remedy(remedy: dict) -> str:
             return f"line {remedy['line']} as `{remedy['shown']}`"
         moved = ", ".join(f"{b['side']} {b['bound']:g} as {b['to']}" for b in remedy["bounds"])
         return f"the clamp at line {remedy['line']} with its {moved}"
+    if kind == "population_statistics":
+        if remedy.get("shown"):
+            return f"line {remedy['line']} as `{remedy['shown']}`"
+        return f"the std/var at line {remedy['line']} computed with correction=0"
     if kind == "finite_fill":
         if remedy.get("shown"):
             return f"line {remedy['line']} as `{remedy['shown']}`"
@@ -77,7 +81,8 @@ def horizon(context: StageContext, start: Start = FROM_THE_START) -> int:
 # Remedies that act on what happens at each step, so a run resumed from a rewind point applies
 # them exactly as a run from step 0 would. The others act when the model or optimizer is built
 # (settings, initialization, dtype) and need the script from its start.
-_AT_EACH_STEP = ("guard_op", "move_bound", "sanitize_inputs", "float32_at", "finite_fill")
+_AT_EACH_STEP = ("guard_op", "move_bound", "population_statistics", "sanitize_inputs",
+                 "float32_at", "finite_fill")  # fmt: skip
 # A model trained on other inputs up to a rewind point would see a shifted distribution.
 _FROM_THE_FIRST_BATCH = ("standardize_inputs",)
 # Acting earlier could have prevented the failure: the run resumes some steps before it.

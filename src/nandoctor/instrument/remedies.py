@@ -18,6 +18,8 @@ Each remedy is described by a plain dict (it travels in the child's options):
 - {"kind": "move_bound", "file": F, "line": L, "bounds": [{"side", "bound", "to"}]}: the
   clamps at that user line whose min or max is `bound` clamp at `to` instead (a bound just
   inside the next op's domain);
+- {"kind": "population_statistics", "file": F, "line": L}: the std/var calls at that user
+  line computed without the n - 1 correction (`correction=0`), finite for a single value;
 - {"kind": "optimizer_eps", "eps": E}: optimizers built with eps <= 0 get eps = E;
 - {"kind": "optimizer_settings", "index": I, "settings": {...}}: the I-th optimizer the script
   builds gets these settings in every param group.
@@ -32,7 +34,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from nandoctor.fixes import CALLS, CLAMPS, FILLS, GUARDS, guard_for
+from nandoctor.fixes import CALLS, CLAMPS, FILLS, GUARDS, SAMPLE_STATISTICS, guard_for
 from nandoctor.instrument.batches import iter_leaves
 from nandoctor.instrument.frames import find_user_frame
 from nandoctor.instrument.tensors import iter_tensors, params_of
@@ -202,6 +204,26 @@ class BoundAtTheLine(TorchFunctionMode):
             self.applied += 1
             return self.moved[(side, float(bound))]
         return bound
+
+
+class PopulationStatisticsAtTheLine(TorchFunctionMode):
+    """At one user line, std and var are computed without the n - 1 correction, as the fix
+    shown rewrites them (`x.std(correction=0)`): a single value's spread is 0, not 0/0."""
+
+    def __init__(self, file: str, line: int) -> None:
+        super().__init__()
+        self.file, self.line = os.path.abspath(file), line
+        self.applied = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if getattr(func, "__name__", None) in SAMPLE_STATISTICS and _at_user_line(
+            self.file, self.line
+        ):
+            kwargs.pop("unbiased", None)
+            kwargs["correction"] = 0
+            self.applied += 1
+        return func(*args, **kwargs)
 
 
 def _dtype_filled(args, kwargs) -> torch.dtype:
@@ -388,7 +410,11 @@ def _identity_cast(original, is_module: bool):
 
 
 # Remedies that change what one user line computes (a guard_op also names its op).
-_AT_A_LINE = {"float32_at": Float32AtTheLine, "finite_fill": FiniteFillAtTheLine}
+_AT_A_LINE = {
+    "float32_at": Float32AtTheLine,
+    "finite_fill": FiniteFillAtTheLine,
+    "population_statistics": PopulationStatisticsAtTheLine,
+}
 
 
 def apply_remedy(remedy: dict, session) -> None:

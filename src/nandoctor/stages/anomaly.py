@@ -8,10 +8,12 @@ from nandoctor.codes import CODES
 from nandoctor.compiled_only import compiled_only_finding, only_compiled
 from nandoctor.fixes import (
     GUARDABLE_OPS,
+    SAMPLE_STATISTICS,
     bound_remedy,
     finite_fill_remedy,
     guard_for,
     guard_remedy,
+    population_statistics_remedy,
 )
 from nandoctor.instrument.kinds import (
     CONSTANT_OVERFLOW,
@@ -23,6 +25,7 @@ from nandoctor.instrument.kinds import (
     NONFINITE_PARAMETER,
     OVERFLOW,
     OVERFLOW_KINDS,
+    TOO_FEW_ELEMENTS,
     UNALIGNABLE,
     UNKNOWN,
 )
@@ -264,6 +267,13 @@ def propose_remedy(
         return {"kind": "sanitize_inputs"}
     if (moved := _bound_at_a_singular_point(first, birth, category)) is not None:
         return moved
+    if (
+        first.kind == TOO_FEW_ELEMENTS
+        and op_base(first.op) in SAMPLE_STATISTICS
+        and first.location is not None
+    ):
+        where = first.location
+        return population_statistics_remedy(where.file, where.line, where.code)
     if category == "precision" and first.dtype in REDUCED_DTYPES:
         return {"kind": "float32"}
     if category == "exploding_gradients":
@@ -511,6 +521,12 @@ def suggest_fix(first: FirstNonfinite, birth: dict, category: str, remedy: dict 
             f"mask with the dtype's most negative finite value, not -inf{example}: a row with "
             "every entry masked then gets equal weights instead of 0/0; or keep such rows out "
             "(give each at least one unmasked entry, or zero their output)",
+        )
+    if (remedy or {}).get("kind") == "population_statistics":
+        return _with_rewrite(
+            rewritten,
+            f"{op} with the n - 1 correction divides by 0 for a single value: compute it "
+            "without the correction (`correction=0`), or skip batches with fewer than two values",
         )
     if "masked_forward" in birth.get("notes", []):
         return _with_rewrite(
