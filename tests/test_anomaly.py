@@ -185,6 +185,19 @@ def test_a_std_of_a_single_value_is_fixed_without_the_correction(nandoctor):
     assert cause["verified_fix"] is True
 
 
+def test_a_mean_over_an_empty_selection_is_named_as_such(nandoctor):
+    # An empty tensor holds no NaN/Inf to count: the op's input is empty, and the fix says so.
+    script = "pairwise_ranking_empty_pairs.py"
+    result = nandoctor("run", script, *ANOMALY)
+    first = result.report["first_nonfinite"]
+    assert (first["op"], first["kind"]) == ("aten.mean.default", "empty_reduction")
+    assert first["explanation"] == "reduction over an empty tensor"
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("invalid_operation", "IO105")
+    assert cause["location"]["line"] == line_of(script, "-F.logsigmoid(better - worse).mean()")
+    assert "skip the term when its selection is empty" in cause["fix"]
+
+
 def test_a_clip_for_a_script_without_clipping_goes_after_its_backward_call(nandoctor):
     # One rare long sequence's gradient jumps (EG602): the script sets no clipping anywhere, so
     # the line to edit is its `loss.backward()`, after which `clip_grad_norm_` goes.

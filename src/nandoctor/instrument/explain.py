@@ -219,7 +219,8 @@ def _conversion(args, kwargs, out) -> Why | None:
 
 
 def _empty_reduction(args, kwargs, out) -> Why | None:
-    x = _first_tensor(args)
+    # an empty tensor holds no NaN/Inf, so the checked-tensor helper would skip it
+    x = next((t for t in iter_tensors(args) if t.is_floating_point()), None)
     if x is not None and x.numel() == 0:
         return Why(EMPTY_REDUCTION, "reduction over an empty tensor")
     return None

@@ -20,6 +20,7 @@ from nandoctor.instrument.kinds import (
     CONVERSION_OVERFLOW,
     DIVISION_BY_ZERO,
     DOMAIN,
+    EMPTY_REDUCTION,
     MASKED_SOFTMAX,
     NONFINITE_INPUT,
     NONFINITE_PARAMETER,
@@ -521,6 +522,12 @@ def suggest_fix(first: FirstNonfinite, birth: dict, category: str, remedy: dict 
             f"mask with the dtype's most negative finite value, not -inf{example}: a row with "
             "every entry masked then gets equal weights instead of 0/0; or keep such rows out "
             "(give each at least one unmasked entry, or zero their output)",
+        )
+    if first.kind == EMPTY_REDUCTION:
+        return (
+            f"{op} over no elements is 0/0: skip the term when its selection is empty "
+            "(`if x.numel(): losses.append(x.mean())`), or divide the sum by at least one "
+            "(`x.sum() / max(x.numel(), 1)`)"
         )
     if (remedy or {}).get("kind") == "population_statistics":
         return _with_rewrite(
