@@ -198,6 +198,19 @@ def test_a_mean_over_an_empty_selection_is_named_as_such(nandoctor):
     assert "skip the term when its selection is empty" in cause["fix"]
 
 
+def test_a_nan_gradient_copied_into_a_slice_keeps_its_birth(nandoctor):
+    # The STFT's backward copies the NaN gradient into a slice of zeros and transforms the
+    # whole tensor: the birth behind it is the root's backward, not values from outside torch.
+    script = "stft_envelope_root_padded.py"
+    result = nandoctor("run", script, *ANOMALY)
+    first = result.report["first_nonfinite"]
+    assert (first["phase"], first["op"]) == ("backward", "aten.pow.Tensor_Scalar")
+    assert first["location"]["line"] == line_of(script, "envelope = torch.matmul(")
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("invalid_operation", "IO104")
+    assert cause["verified_fix"] is True
+
+
 def test_a_clip_for_a_script_without_clipping_goes_after_its_backward_call(nandoctor):
     # One rare long sequence's gradient jumps (EG602): the script sets no clipping anywhere, so
     # the line to edit is its `loss.backward()`, after which `clip_grad_norm_` goes.

@@ -316,9 +316,12 @@ class NonfiniteDetector(TorchDispatchMode):
                 birth = self._new_birth(func, name, args, kwargs, t, node, parents=sources)
             else:
                 self._taint[t] = sources
+                # a gradient copied into a slice of zeros (an FFT's backward) reaches the next
+                # op as the whole tensor, not as the slice written
+                self._mark_view_base(t, sources)
                 continue
             self._taint[t] = frozenset({birth.id})
-            self._mark_view_base(t, birth.id)
+            self._mark_view_base(t, frozenset({birth.id}))
 
     def _pass_taint(self, args, out) -> None:
         source = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -331,10 +334,10 @@ class NonfiniteDetector(TorchDispatchMode):
             self._sources_of([source], None)  # untracked non-finite data: now it is tracked
             self._taint[out] = self._taint[source]
 
-    def _mark_view_base(self, t: torch.Tensor, birth_id: int) -> None:
+    def _mark_view_base(self, t: torch.Tensor, taint: frozenset[int]) -> None:
         base = t._base
         if base is not None and base not in self._taint:
-            self._taint[base] = frozenset({birth_id})
+            self._taint[base] = taint
 
     def _sources_of(self, bad_inputs: list, func) -> frozenset[int]:
         """Births behind non-finite inputs; an untracked one entered torch already non-finite."""
