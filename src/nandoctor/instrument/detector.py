@@ -316,9 +316,10 @@ class NonfiniteDetector(TorchDispatchMode):
                 birth = self._new_birth(func, name, args, kwargs, t, node, parents=sources)
             else:
                 self._taint[t] = sources
-                # a gradient copied into a slice of zeros (an FFT's backward) reaches the next
-                # op as the whole tensor, not as the slice written
-                self._mark_view_base(t, sources)
+                if node is not None:
+                    # a gradient copied into a slice of zeros (an FFT's backward) reaches the
+                    # next op as the whole tensor, not as the slice written
+                    self._mark_view_base(t, sources)
                 continue
             self._taint[t] = frozenset({birth.id})
             self._mark_view_base(t, frozenset({birth.id}))
