@@ -211,6 +211,19 @@ def test_a_nan_gradient_copied_into_a_slice_keeps_its_birth(nandoctor):
     assert cause["verified_fix"] is True
 
 
+def test_a_frozen_lookup_table_of_the_datas_values_is_data(nandoctor):
+    # Item features frozen into an embedding are read by index and never trained: the NaN
+    # they hold is the data's, not an initialization's.
+    script = "frozen_item_features_nan.py"
+    result = nandoctor("run", script, *ANOMALY)
+    first = result.report["first_nonfinite"]
+    assert (first["kind"], first["step"]) == ("nonfinite_parameter", 5)
+    assert "frozen lookup table (Embedding, requires_grad=False)" in first["explanation"]
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("data", "DA101")
+    assert "before `Embedding.from_pretrained`" in cause["fix"]
+
+
 def test_a_clip_for_a_script_without_clipping_goes_after_its_backward_call(nandoctor):
     # One rare long sequence's gradient jumps (EG602): the script sets no clipping anywhere, so
     # the line to edit is its `loss.backward()`, after which `clip_grad_norm_` goes.

@@ -55,8 +55,9 @@ _CODES = (
         "anomaly",
         "non-finite values entered torch from outside its ops (data, numpy, a file)",
         "the op that first held NaN/Inf received it in its inputs (or made a tensor from a Python or "
-        "numpy value) before any parameter was involved",
-        ("data_nan_rows_loader.py",),
+        "numpy value) before any parameter was involved, or read it from a frozen lookup table "
+        "(an embedding given the data's values with `from_pretrained`, never trained)",
+        ("data_nan_rows_loader.py", "frozen_item_features_nan.py"),
     ),
     Code(
         "DA102",

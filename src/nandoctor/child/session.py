@@ -468,7 +468,9 @@ class WatchSession:
 
     def _after_step(self, optimizer) -> None:
         with self.quiet():
-            params = params_of(optimizer)
+            # torch's optimizers skip a parameter without a gradient (a frozen table handed to
+            # Adam with the rest): what it holds, the step did not write
+            params = [p for p in params_of(optimizer) if p.grad is not None]
             if (
                 not math.isfinite(_total_norm(params))
                 and (bad := _first_nonfinite(params)) is not None

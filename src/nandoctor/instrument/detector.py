@@ -384,7 +384,14 @@ class NonfiniteDetector(TorchDispatchMode):
         constant = t.numel() == 1 and counts.nan == 0
         # A parameter no watched op made non-finite: written before training, not data.
         parameter = source is None and isinstance(t, torch.nn.Parameter)
-        if parameter:
+        facts = self._parameter_named(t) if parameter else {}
+        if "frozen_table" in facts:
+            explanation = (
+                f"a frozen lookup table ({facts['frozen_table']}, requires_grad=False) already "
+                f"non-finite when it reached {_reader(func)} ({counts.describe()}): its rows are "
+                "values it was given (`from_pretrained`), never trained"
+            )
+        elif parameter:
             explanation = (
                 f"a parameter already non-finite when it reached {_reader(func)} "
                 f"({counts.describe()}): no watched op made it (a checkpoint, `torch.empty` "
@@ -407,7 +414,7 @@ class NonfiniteDetector(TorchDispatchMode):
             nonfinite=counts.describe(),
             has_nan=counts.nan > 0,
             kind=NONFINITE_PARAMETER if parameter else NONFINITE_INPUT,
-            facts=self._parameter_named(t) if parameter else {},
+            facts=facts,
             constant=constant and not parameter,
             inputs_nonfinite=True,
             **({} if step is None else {"step": step}),
@@ -415,10 +422,16 @@ class NonfiniteDetector(TorchDispatchMode):
         return birth
 
     def _parameter_named(self, t: torch.Tensor) -> dict:
-        """{"parameter": its name in the model}: the init check knows where that name was set."""
+        """{"parameter": its name in the model}: the init check knows where that name was set.
+        A frozen lookup table (an embedding built from the data's values with
+        `from_pretrained`, never trained) says so: {"frozen_table": "Embedding"}."""
         modules = getattr(self.context, "modules", None)
         name = modules.parameter_name(t) if modules is not None else None
-        return {"parameter": name} if name else {}
+        facts = {"parameter": name} if name else {}
+        frozen = modules is not None and not t.requires_grad and t.dim() == 2
+        if frozen and (table := modules.lookup_table_of(t)):
+            facts["frozen_table"] = table
+        return facts
 
     def _received_birth(self, t: torch.Tensor, counts) -> Birth:
         """NaN/Inf that appeared in a tensor during backward or the optimizer step of a

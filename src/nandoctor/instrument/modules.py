@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import weakref
 from collections.abc import Callable
@@ -67,6 +68,21 @@ class ModuleTracker:
             for name, param in root.named_parameters():
                 if param is t:
                     return name
+        return None
+
+    def lookup_table_of(self, t: torch.Tensor) -> str | None:
+        """The class name of the embedding whose weight `t` is (`Embedding`, `EmbeddingBag`),
+        or None: a table whose rows are looked up by index, not a layer's weights."""
+        # The table may belong to no watched root: a model that reads `emb.weight[idx]` in a
+        # method other than forward is never called. Its module holds it in `_parameters`,
+        # which the module's attribute dict holds.
+        for parameters in _dicts_holding(t):
+            for attributes in _dicts_holding(parameters):
+                for owner in gc.get_referrers(attributes):
+                    if isinstance(owner, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and (
+                        owner.weight is t
+                    ):
+                        return type(owner).__name__
         return None
 
     def adopt(self, root: torch.nn.Module) -> None:
@@ -169,3 +185,7 @@ def uncompiled(module: torch.nn.Module) -> torch.nn.Module:
 
 def is_parametrization(module: torch.nn.Module) -> bool:
     return isinstance(module, ParametrizationList)
+
+
+def _dicts_holding(value) -> list[dict]:
+    return [holder for holder in gc.get_referrers(value) if isinstance(holder, dict)]

@@ -264,6 +264,8 @@ def propose_remedy(
         return {"kind": "optimizer_eps", "eps": 1e-8}
     if category == "initialization":
         return None  # weights written non-finite after construction: no re-init reaches them
+    if first.facts.get("frozen_table"):
+        return None  # the batches are fine: the table's rows, given before training, are not
     if birth.get("inputs_nonfinite") or made_the_tensor(first):
         return {"kind": "sanitize_inputs"}
     if (moved := _bound_at_a_singular_point(first, birth, category)) is not None:
@@ -402,6 +404,10 @@ def _categorize(
     the failing optimizer's configured eps, when it has one; `own_update`: it was born in an
     optimizer step the script wrote itself."""
     op = op_base(first.op)
+    if first.kind == NONFINITE_PARAMETER and first.facts.get("frozen_table"):
+        # A table of values looked up by index and never trained (pretrained vectors, a
+        # descriptor matrix in `Embedding.from_pretrained`) is data the model reads.
+        return "DA101", "non-finite values come from the data: a frozen lookup table", 0.85
     if first.kind == NONFINITE_PARAMETER:
         # Below the init check's finding of the same weights, which knows the line that wrote
         # them; this one stands when the init check did not run.
@@ -546,6 +552,13 @@ def suggest_fix(first: FirstNonfinite, birth: dict, category: str, remedy: dict 
         return (
             "values beyond the target dtype's range: rescale them, clamp them before the "
             "conversion (`x.clamp(-1e30, 1e30).float()`), or treat sentinel values as missing"
+        )
+    if first.kind == NONFINITE_PARAMETER and first.facts.get("frozen_table"):
+        return (
+            f"repair the table's rows where it is built, before `{first.facts['frozen_table']}"
+            ".from_pretrained`: the values it was given hold NaN/Inf (fill or drop them, e.g. "
+            "`torch.nan_to_num`, or leave those items out); training never changes a frozen "
+            "table, so every batch that looks up such a row fails"
         )
     if first.kind == NONFINITE_PARAMETER:
         return (
