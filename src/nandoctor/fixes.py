@@ -88,17 +88,24 @@ def guarded_line(code: str, op: str, guard: str) -> str | None:
     parsed = _parse_line(code.strip())
     if parsed is None or op not in CALLS:
         return None
-    tree, parsed_text, before, after = parsed
+    tree, text = parsed[0], parsed[1]
     operands = _outermost([found for node in ast.walk(tree) if (found := _operand(node, op))])
     if not operands:
         return None
-    text = parsed_text
-    for node in sorted(operands, key=lambda n: n.col_offset, reverse=True):
+    edits = []
+    for node in operands:
         segment = text[node.col_offset : node.end_col_offset]
         source = segment if isinstance(node, _ATOMS) else f"({segment})"
-        text = (
-            text[: node.col_offset] + GUARDS[guard].format(x=source) + text[node.end_col_offset :]
-        )
+        edits.append((node, GUARDS[guard].format(x=source)))
+    return _rewritten(parsed, edits)
+
+
+def _rewritten(parsed: tuple, edits: list[tuple[ast.AST, str]]) -> str:
+    """The line `_parse_line` parsed, with each node's source replaced (the nodes do not
+    overlap), and the text around the parsed part put back."""
+    _, text, before, after = parsed
+    for node, replacement in sorted(edits, key=lambda e: e[0].col_offset, reverse=True):
+        text = text[: node.col_offset] + replacement + text[node.end_col_offset :]
     return before + text.removesuffix(_BODY) + after
 
 
@@ -197,17 +204,12 @@ def moved_bound_line(code: str, moved: list[dict]) -> str | None:
     parsed = _parse_line(code.strip())
     if parsed is None:
         return None
-    tree, text, before, after = parsed
-    edits = [(node, b["to"]) for call in ast.walk(tree)
+    edits = [(node, b["to"]) for call in ast.walk(parsed[0])
              if isinstance(call, ast.Call) and _function_name(call) in CLAMPS
              for b in moved
              if (node := _bound_argument(call, b["side"])) is not None
              and _number(node) == b["bound"]]  # fmt: skip
-    if not edits:
-        return None
-    for node, inside in sorted(edits, key=lambda e: e[0].col_offset, reverse=True):
-        text = text[: node.col_offset] + inside + text[node.end_col_offset :]
-    return before + text.removesuffix(_BODY) + after
+    return _rewritten(parsed, edits) if edits else None
 
 
 def _bound_argument(call: ast.Call, side: str) -> ast.AST | None:
@@ -254,21 +256,23 @@ def population_statistics_line(code: str) -> str | None:
     parsed = _parse_line(code.strip())
     if parsed is None:
         return None
-    tree, text, before, after = parsed
+    tree, text = parsed[0], parsed[1]
     calls = [node for node in ast.walk(tree)
              if isinstance(node, ast.Call) and _function_name(node) in SAMPLE_STATISTICS]  # fmt: skip
     if not calls or any(_correction_by_position(call) for call in calls):
         return None
-    for call in sorted(calls, key=lambda c: c.col_offset, reverse=True):
+    if len(_outermost(calls)) != len(calls):
+        return None  # `torch.std(x.var())`: a rewrite of the outer call would drop the inner's
+    edits = []
+    for call in calls:
         # the callee and the arguments keep their own text; the correction is written last
         callee = text[call.col_offset : call.func.end_col_offset]
         arguments = [ast.get_source_segment(text, a) for a in call.args]
         arguments += [f"{k.arg}={ast.get_source_segment(text, k.value)}" if k.arg
                       else f"**{ast.get_source_segment(text, k.value)}"
                       for k in call.keywords if k.arg not in _CORRECTION_KEYWORDS]  # fmt: skip
-        replacement = f"{callee}({', '.join([*arguments, 'correction=0'])})"
-        text = text[: call.col_offset] + replacement + text[call.end_col_offset :]
-    return before + text.removesuffix(_BODY) + after
+        edits.append((call, f"{callee}({', '.join([*arguments, 'correction=0'])})"))
+    return _rewritten(parsed, edits)
 
 
 def _correction_by_position(call: ast.Call) -> bool:
@@ -297,7 +301,7 @@ def finite_fill_line(code: str) -> str | None:
     parsed = _parse_line(code.strip())
     if parsed is None:
         return None
-    tree, text, before, after = parsed
+    tree, text = parsed[0], parsed[1]
     edits = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and _function_name(node) in FILLS):
@@ -309,11 +313,7 @@ def finite_fill_line(code: str) -> str | None:
                 dtype = f"{text[filled.col_offset : filled.end_col_offset]}.dtype"
                 extreme = "min" if sign < 0 else "max"
                 edits.append((value, f"torch.finfo({dtype}).{extreme}"))
-    if not edits:
-        return None
-    for node, replacement in sorted(edits, key=lambda e: e[0].col_offset, reverse=True):
-        text = text[: node.col_offset] + replacement + text[node.end_col_offset :]
-    return before + text.removesuffix(_BODY) + after
+    return _rewritten(parsed, edits) if edits else None
 
 
 def _filled_tensor(call: ast.Call) -> ast.AST | None:
