@@ -606,11 +606,12 @@ def test_a_clip_that_does_not_train_is_tried_tighter_and_leads_when_nothing_else
     assert not any("as a smaller learning rate would" in line for line in clip.evidence)
 
 
-def _batch_spike_search(jump_at, rate_step_at: int | None = None) -> Search:
+def _batch_spike_search(jump_at, rate_step_at: int | None = None, resumed_at: int = 0) -> Search:
     """x1 fails at step 30 and is spiky; rates up to x1/4 train. `jump_at(multiplier)`: the
     step where that run's gradient norm jumps 20x (None: no jump). A clip at x1 survives with
     loss spikes, its late loss as low as the smaller rates'. `rate_step_at`: the step where a
-    schedule raises every run's rate 30x."""
+    schedule raises every run's rate 30x. `resumed_at`: the step of the rewind point every
+    candidate starts from (the watched run's steps before it are its lead-in)."""
 
     def oracle(planned):
         if planned.clip is not None:
@@ -619,17 +620,24 @@ def _batch_spike_search(jump_at, rate_step_at: int | None = None) -> Search:
             return Verdict("stable", "", "loss 2 -> 1")
         return Verdict("diverged", "D1", "nan", failure_step=30, pattern="spike")
 
+    def rate(planned, step):
+        return [0.1 * planned.multiplier * (30 if rate_step_at and step >= rate_step_at else 1)]
+
     def record(planned, steps=40):
         jump = jump_at(1.0 if planned.clip is not None else planned.multiplier)
-        norms = [1.0 + 0.1 * (i % 3) for i in range(steps)]
-        if jump is not None and jump < steps:
-            norms[jump] = 20.0
-        losses = [2.0 - i / steps for i in range(steps)]
-        lrs = [[0.1 * planned.multiplier * (30 if rate_step_at and i >= rate_step_at else 1)]
-               for i in range(steps)]  # fmt: skip
-        return RunRecord(planned, oracle(planned), losses=losses, grad_norms=norms, lrs=lrs)
+        norms = [1.0 + 0.1 * (i % 3) for i in range(resumed_at, steps)]
+        if jump is not None and resumed_at <= jump < steps:
+            norms[jump - resumed_at] = 20.0
+        losses = [2.0 - i / steps for i in range(resumed_at, steps)]
+        lrs = [rate(planned, i) for i in range(resumed_at, steps)]
+        return RunRecord(planned, oracle(planned), losses=losses, grad_norms=norms, lrs=lrs,
+                         first_step=resumed_at)  # fmt: skip
 
-    search = Search(SETTINGS, record(Planned(1.0, "watched"), steps=30), False)
+    watched = record(Planned(1.0, "watched"), steps=30)
+    lead_in = range(max(0, resumed_at - 10), resumed_at)
+    watched.norms_before.extend(1.0 + 0.1 * (i % 3) for i in lead_in)
+    watched.lrs_before.extend(rate(watched.planned, i) for i in lead_in)
+    search = Search(SETTINGS, watched, False)
     while not search.done:
         for planned in search.take(2):
             search.record(record(planned))
@@ -648,6 +656,17 @@ def test_gradient_spikes_at_the_same_batches_at_every_rate_are_the_cause_when_a_
     assert spikes.remedy["multiplier"] == 1.0 and spikes.verified_fix
     assert "at step 20 the gradient norm jumped" in spikes.evidence[0]
     assert "learning_rate" in found  # the rate trains too: ranking weighs the two
+
+
+def test_a_jump_right_after_the_rewind_point_counts_against_the_steps_before_it():
+    """Resumed 2 steps before the jump: the candidates' own history is too short to say what
+    "usual" was, the watched run's steps before the point (the same for every candidate) do."""
+    from nandoctor.stages.lr_sweep.conclusions import findings
+
+    search = _batch_spike_search(lambda multiplier: 20, resumed_at=18)
+    spikes = {f.category: f for f in findings(search)}["exploding_gradients"]
+    assert spikes.code == "EG503"
+    assert "at step 20 the gradient norm jumped" in spikes.evidence[0]
 
 
 def test_a_jump_that_comes_later_as_the_rate_falls_is_the_rate_s():

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the search asks `shared_jumps` whether to try a clip: no im
     from nandoctor.stages.lr_sweep.search import RunRecord, Search
 
 JUMP = 5.0  # a step's gradient norm this many times the median of the steps before it
-_WINDOW = 10  # the steps before a step that say what "usual" is
+WINDOW = 10  # the steps before a step that say what "usual" is
 _MIN_HISTORY = 5  # ... at least this many of them
 _RATES_NEEDED = 2  # smaller rates that jump at the same step as x1 ...
 _SMALLEST_NEEDED = 0.25  # ... one of them at most this multiple of x1
@@ -45,21 +45,28 @@ class BatchSpikes:
     rates_loss: float  # the best late loss of the smaller rates
 
 
-def jumps_of(record: RunRecord, end: int | None = None) -> dict[int, float]:
+def jumps_of(
+    record: RunRecord, end: int | None = None, before: RunRecord | None = None
+) -> dict[int, float]:
     """{absolute step: its gradient norm over the median of the steps before it} for each step
     of `record` (up to index `end`) whose norm jumped `JUMP` x above them, unless the learning
     rate itself rose there: a schedule that steps the rate up makes every candidate jump at
-    the same step, and that is the rate's doing, not a batch's."""
-    norms = record.grad_norms[:end]
-    rates = [_peak(lrs) for lrs in record.lrs]
+    the same step, and that is the rate's doing, not a batch's. A run resumed from a rewind
+    point measures its first steps against the watched run's steps before the point
+    (`before`'s, else its own): they are its history too, so a jump right after the point
+    counts wherever the point fell."""
+    lead = before if before is not None else record
+    norms = lead.norms_before + record.grad_norms[:end]
+    rates = [_peak(lrs) for lrs in lead.lrs_before + record.lrs]
+    offset = record.first_step - len(lead.norms_before)
     found = {}
-    for i in range(_MIN_HISTORY, len(norms)):
-        prior = [g for g in norms[max(0, i - _WINDOW) : i] if finite_number(g)]
+    for i in range(max(_MIN_HISTORY, len(lead.norms_before)), len(norms)):
+        prior = [g for g in norms[max(0, i - WINDOW) : i] if finite_number(g)]
         if len(prior) < _MIN_HISTORY or not finite_number(norms[i]):
             continue
         level = median(prior)
         if level > 0 and norms[i] >= JUMP * level and not _rate_rose(rates, i):
-            found[record.first_step + i] = norms[i] / level
+            found[offset + i] = norms[i] / level
     return found
 
 
@@ -71,7 +78,7 @@ def _peak(lrs) -> float | None:
 def _rate_rose(rates: list[float | None], i: int) -> bool:
     """The learning rate at step `i` (or the step before, whose update made its weights) is
     `_RATE_ROSE` x the median rate of the window before."""
-    prior = [r for r in rates[max(0, i - _WINDOW) : max(0, i - 1)] if r is not None]
+    prior = [r for r in rates[max(0, i - WINDOW) : max(0, i - 1)] if r is not None]
     recent = [r for r in rates[max(0, i - 1) : i + 1] if r is not None]
     return bool(prior and recent) and max(recent) > _RATE_ROSE * median(prior)
 
@@ -96,7 +103,7 @@ def shared_jumps(baseline: RunRecord, smaller: list[RunRecord]) -> dict[int, dic
     if failed_at is None:
         return {}
     at_one = jumps_of(baseline, end=failed_at - baseline.first_step)
-    their_jumps = {r.multiplier: jumps_of(r) for r in smaller}
+    their_jumps = {r.multiplier: jumps_of(r, before=baseline) for r in smaller}
     shared = {}
     for step in sorted(at_one):
         rates = {m: found[step] for m, found in their_jumps.items() if step in found}

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from nandoctor.child.options import ChildOptions
 from nandoctor.rewind import Start
 from nandoctor.runner import RunOutcome, child_environment, run_child, signal_groups
+from nandoctor.stages.lr_sweep.batch_spikes import WINDOW
 from nandoctor.stages.lr_sweep.search import Planned, RunRecord
 from nandoctor.stages.lr_sweep.verdicts import Verdict, blew_up, classify
 
@@ -191,6 +192,7 @@ def record_from(
     steps from there on are judged (the earlier ones are the watched run's, the same for every
     candidate); the failure steps still count from step 0."""
     steps = [s for s in outcome.steps if s["step"] >= first_step]
+    before = [s for s in outcome.steps if first_step - WINDOW <= s["step"] < first_step]
     losses = [s.get("loss") for s in steps]
     amp = outcome.all("lr_sweep_amp")
     unscaled = {
@@ -227,6 +229,8 @@ def record_from(
         losses=losses,
         grad_norms=grad_norms,
         lrs=[s.get("lr") or [] for s in steps],
+        norms_before=[s.get("grad_norm") for s in before],
+        lrs_before=[s.get("lr") or [] for s in before],
         nonfinite_step=nonfinite["step"] if nonfinite else None,
         ended=(outcome.end or {}).get("outcome") or ("timeout" if outcome.timed_out else "died"),
         duration_s=outcome.duration_s,

@@ -73,6 +73,10 @@ class RunRecord:
     # A run resumed from a rewind point: its histories start at this step; `verdict` and
     # `nonfinite_step` count from step 0.
     first_step: int = 0
+    # The watched run's last steps before `first_step` (gradient norms and rates), the same for
+    # every candidate resumed there: what "usual" was at the steps right after the point.
+    norms_before: list[float | None] = field(default_factory=list)
+    lrs_before: list[list[float | None]] = field(default_factory=list)
 
     @property
     def multiplier(self) -> float:
