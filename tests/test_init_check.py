@@ -233,6 +233,20 @@ def test_a_parameter_never_initialized_is_located_where_it_was_created(nandoctor
     assert any("crf.start (5,)" in line for line in cause["evidence"])
 
 
+def test_memory_allocated_uninitialized_and_never_written_reads_as_nan(nandoctor):
+    # F.normalize of whatever the allocator left is finite in a long-lived process: the run
+    # must not be called healthy because of that. The buffer made the same way and zeroed
+    # before use is not named.
+    script = "init_empty_prototypes.py"
+    result = nandoctor("run", script, *STAGES)
+    assert result.exit_code == 1
+    cause = result.report["causes"][0]
+    assert (cause["category"], cause["code"]) == ("initialization", "IN302")
+    assert cause["location"]["line"] == line_of(script, "the line to fix")
+    assert "allocated uninitialized" in cause["evidence"][0]
+    assert not any("center" in line for line in cause["evidence"])
+
+
 def test_weights_set_from_computed_values_are_located_where_the_values_were_made(nandoctor):
     # `model[2].bias = nn.Parameter(prior_log_odds(labels))`: the -inf is made inside the
     # script's own function, by the log of a label's zero count; the write stays as evidence.

@@ -261,6 +261,7 @@ _CODES = (
         (
             "init_nonfinite_weight.py",
             "init_uninitialized_crf.py",
+            "init_empty_prototypes.py",
             "init_log_prior_bias_empty_class.py",
         ),
     ),

@@ -28,6 +28,7 @@ from nandoctor.instrument.hooks import HookSet
 from nandoctor.instrument.modules import ModuleTracker
 from nandoctor.instrument.numpy_errors import watch_numpy_errors
 from nandoctor.instrument.precision import floating_param_dtypes, precision_in_use
+from nandoctor.instrument.uninitialized import UninitializedMemory
 from nandoctor.instrument.tensors import (
     constant_factor,
     count_nonfinite,
@@ -78,6 +79,8 @@ class WatchSession:
         self.modules = ModuleTracker()
         self.detector = NonfiniteDetector(self) if options.detect else None
         self.hooks = HookSet()
+        # What the script allocates uninitialized reads as NaN until it starts to train.
+        self.uninitialized = UninitializedMemory()
         self.backward_calls = 0
         self.found_nonfinite = False
         # What happens when a NaN/Inf reaches something: a child run stops; the in-process
@@ -155,6 +158,8 @@ class WatchSession:
 
     # ---- install / remove -------------------------------------------------------------------
     def install(self) -> None:
+        self.uninitialized.start()
+        self.hooks.add_undo(self.uninitialized.stop)
         self.modules.on_root_forward.append(self._root_forward)
         self.modules.on_recurrent.append(self._recurrent_module)
         self.modules.install()
@@ -221,6 +226,7 @@ class WatchSession:
 
     # ---- hooks ------------------------------------------------------------------------------
     def _root_forward(self, module, args) -> None:
+        self.uninitialized.stop()  # the script is past its set-up
         self._forward_this_step = True
         if self._in_optimizer:
             self._closure_running = True
@@ -258,6 +264,7 @@ class WatchSession:
 
     def _before_backward(self, tensors) -> None:
         self._stop_if_asked()
+        self.uninitialized.stop()
         self._nonfinite_read = None  # the script trains on: what it uses is checked from here
         self.backward_call = find_user_frame()
         self.backward_calls += 1
@@ -453,6 +460,7 @@ class WatchSession:
 
     def _before_step(self, optimizer) -> None:
         self._stop_if_asked()
+        self.uninitialized.stop()
         self._remember(optimizer)
         if self._clock is None or self._clock() is None:
             # The first optimizer that steps keeps the step count; when it is gone (a script

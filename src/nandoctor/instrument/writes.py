@@ -33,7 +33,7 @@ _NOT_WRITES = {"requires_grad_", "share_memory_", "detach_", "retain_grad", "rec
 _MODULE_FILE = os.path.abspath(module_globals.__file__)
 
 
-def _storage_key(t: torch.Tensor):
+def storage_key(t: torch.Tensor):
     """The storage address; a meta tensor (no storage yet, as `init_empty_weights` and
     `torch.device("meta")` make them) by its own identity until `to_empty` gives it one."""
     try:
@@ -52,7 +52,7 @@ def _first_tensor(args, kwargs) -> torch.Tensor | None:
     return None
 
 
-def _written_tensor(func, args, kwargs) -> torch.Tensor | None:
+def written_tensor(func, args, kwargs) -> torch.Tensor | None:
     name = getattr(func, "__name__", "")
     if name == "__set__":  # a property setter: only `.data = ...` replaces values
         descriptor = getattr(func, "__self__", None)
@@ -91,6 +91,17 @@ def _registered_by_torch() -> bool:
     return frame is not None and frame.f_code.co_filename.startswith(TORCH_DIR)
 
 
+def leave_function_mode_stack(mode: TorchFunctionMode) -> None:
+    """Take `mode` off the function-mode stack, keeping any mode pushed above it."""
+    if mode not in _get_current_function_mode_stack():
+        return
+    above = []
+    while (top := _pop_mode()) is not mode:
+        above.append(top)
+    for other in reversed(above):
+        _push_mode(other)
+
+
 class ParameterWrites(TorchFunctionMode):
     """Records writes from `start()` until `stop()`; `line_of(tensor)` answers afterwards."""
 
@@ -127,29 +138,21 @@ class ParameterWrites(TorchFunctionMode):
             self._leave_stack()
 
     def line_of(self, t: torch.Tensor) -> SourceLine | None:
-        key = _storage_key(t)
+        key = storage_key(t)
         return self._lines.get(key) if key is not None else None
 
     def _leave_stack(self) -> None:
-        """Take this mode off the function-mode stack, keeping any mode pushed above it."""
-        stack = _get_current_function_mode_stack()
-        if self not in stack:
-            return
-        above = []
-        while (top := _pop_mode()) is not self:
-            above.append(top)
-        for mode in reversed(above):
-            _push_mode(mode)
+        leave_function_mode_stack(self)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not self.active or os.getpid() != self._pid:
             return func(*args, **kwargs)
-        target = _written_tensor(func, args, kwargs)
+        target = written_tensor(func, args, kwargs)
         moved_from = None
         setter = target is not None and getattr(func, "__name__", "") == "__set__"
         if setter and _moved_by_module_apply():
-            moved_from = _storage_key(target)
+            moved_from = storage_key(target)
         result = func(*args, **kwargs)
         if target is not None:
             line = self._lines.get(moved_from) if moved_from is not None else find_user_frame()
@@ -163,19 +166,19 @@ class ParameterWrites(TorchFunctionMode):
         CPU) make a new parameter from `empty_like(p)` / `p.to(...)` in `Module._apply`: it
         was set where `p` was."""
         source = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        key = _storage_key(source) if source is not None else None
-        if key in self._lines and _storage_key(result) != key and _moved_by_module_apply():
+        key = storage_key(source) if source is not None else None
+        if key in self._lines and storage_key(result) != key and _moved_by_module_apply():
             self._remember(result, self._lines[key])
 
     def _registered(self, module, name, param) -> None:
         if param is None or not self.active or os.getpid() != self._pid:
             return
-        if _storage_key(param) in self._lines and _registered_by_torch():
+        if storage_key(param) in self._lines and _registered_by_torch():
             return  # `weight_norm` re-registers the weight's values as `weight_v`: none moved
         self._remember(param, find_user_frame())
 
     def _remember(self, t: torch.Tensor, line: SourceLine | None) -> None:
-        key = _storage_key(t)
+        key = storage_key(t)
         if key is None:
             return
         if len(self._lines) >= _MAX_STORAGES:

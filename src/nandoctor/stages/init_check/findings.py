@@ -194,7 +194,15 @@ def _describe_nonfinite(weight: dict) -> str:
     text = f"{weight['param']} {tuple(weight['shape'])} holds NaN/Inf at the first forward"
     if weight.get("nonfinite"):
         text += f" ({weight['nonfinite']})"
-    if written := Location.from_dict(weight.get("written")):
+    written = Location.from_dict(weight.get("written"))
+    if written and weight.get("uninitialized"):
+        text += (
+            f": allocated uninitialized at {written.short()} ({(written.code or '').strip()}) "
+            "and never written before it. nandoctor reads such memory as NaN, as torch's "
+            "deterministic mode does (`fill_uninitialized_memory`); a plain run reads whatever "
+            "the allocator left there: zeros (0/0 in a normalization), stale finite values, NaN"
+        )
+    elif written:
         text += f", last set at {written.short()}: {(written.code or '').strip()}"
     return text
 

@@ -114,7 +114,9 @@ class InitProbe:
         their shape."""
         written, nonfinite = {}, []
         for index, (name, param) in enumerate(root.named_parameters()):
-            line = self.writes.line_of(param)
+            # Memory allocated uninitialized and never written: the allocation is its origin.
+            created = self.session.uninitialized.created_at(param)
+            line = created or self.writes.line_of(param)
             if line and index < _MAX_PARAMETERS_NAMED:
                 written[name] = line.as_dict()
             if is_lazy(param) or not is_checked(param) or is_finite(param):
@@ -125,6 +127,7 @@ class InitProbe:
                 "finite": False,
                 "nonfinite": count_nonfinite(param).describe(),
                 "written": line.as_dict() if line else None,
+                "uninitialized": created is not None,
             })  # fmt: skip
         return written, nonfinite
 
