@@ -200,6 +200,24 @@ def test_a_run_in_float32_that_trains_at_the_original_rate_outranks_a_smaller_ra
     assert [c.category for c in ranked] == ["learning_rate", "precision"]
 
 
+def test_a_guard_that_keeps_the_rate_finite_but_does_not_train_leaves_the_rate_first():
+    # The guard of a log keeps x1 finite, but its loss first blew up and ends above where it
+    # started, while x1/2 trains: the blow-up was the rate's, the log only where it surfaced.
+    guard = dataclasses.replace(
+        finding("invalid_operation", 0.9, verified=True),
+        remedy={"kind": "guard_op", "op": "log"}, progress=-0.4,
+    )  # fmt: skip
+    rate = dataclasses.replace(finding("learning_rate", 0.7, stage="lr_sweep", verified=True),
+                               progress=0.3)  # fmt: skip
+    ranked = rank_causes(apply_verified_rules([rate, guard]))
+    assert [c.category for c in ranked] == ["learning_rate", "invalid_operation"]
+    assert "the loss rose 40% from where it started, and at a smaller learning rate it fell 30%" in ranked[1].evidence[-1]
+    # falling about as far as at the smaller rate, the guard trains at the rate: the formula
+    trains = dataclasses.replace(guard, progress=0.2)
+    ranked = rank_causes(apply_verified_rules([rate, trains]))
+    assert [c.category for c in ranked] == ["invalid_operation", "learning_rate"]
+
+
 def test_a_fix_rerun_that_never_reached_the_failing_step_verifies_nothing():
     # A script can end without one update (a GradScaler that skips every step once its scale
     # fell to 0): finite, but it never got to where the original run failed.

@@ -28,6 +28,9 @@ _GROWTH_FACTOR_GRAD = 100.0  # ...or the gradient norm this many times its first
 _SYMPTOM_DISCOUNT = 0.6  # confidence kept by a finding another finding explains
 _STRONG = 0.85  # a finding this confident can explain away another stage's
 _KEPT_BELOW = 0.9  # a rate explained by a fix that held at it: this fraction of its confidence
+# A fix at the original rate trains when its loss falls at least this share as far as at a
+# smaller rate (the clip experiment asks the same, stages/lr_sweep/conclusions.py).
+_AS_FAR = 0.5
 
 
 @dataclass(frozen=True)
@@ -241,10 +244,48 @@ def apply_verified_rules(
     script's own clipping setting, when it switches clipping off (`grad_clip=None`,
     `--clip 0`); clipping that trains at the original rate then leads: the script provides
     the remedy for its rate, and it is off."""
+    findings = _short_of_the_rate_kept_below(findings)
     held, reason = _held_at_the_rate(findings, clip_off)
     if not held:
         return findings
     return _learning_rate_kept_below(findings, held, reason)
+
+
+def _trains_at_the_rate(finding: Finding) -> bool:
+    """A fix at the original learning rate that held: a guard of the failing op, float32, the
+    inputs standardized."""
+    return _guard_held(finding) or _float32_held(finding) or _standardizing_held(finding)
+
+
+def _short_of_the_rate(finding: Finding, findings: list[Finding]) -> str | None:
+    """Why a fix that kept the original rate finite still does not train there, or None: its
+    loss fell less than `_AS_FAR` as far as at the largest smaller rate that trains, both
+    counted from step 0. It hides the symptom (a blow-up that recovered slowly, a loss that
+    stalled high) of updates too large; that rate is the one to lower."""
+    rates = [f.progress for f in findings if f.category == "learning_rate" and f.progress]
+    if not rates or finding.progress is None or finding.progress >= _AS_FAR * max(rates):
+        return None
+    return (f"its fix keeps ×1 finite, but there the loss {_moved(finding.progress)} from "
+            f"where it started, and at a smaller learning rate it {_moved(max(rates))}: the "
+            "failure was a symptom of updates too large")  # fmt: skip
+
+
+def _moved(fraction: float) -> str:
+    return f"fell {fraction:.0%}" if fraction >= 0 else f"rose {-fraction:.0%}"
+
+
+def _short_of_the_rate_kept_below(findings: list[Finding]) -> list[Finding]:
+    rates = [f for f in findings if f.category == "learning_rate" and f.progress]
+    if not rates:
+        return findings
+    below = _KEPT_BELOW * max(f.confidence for f in rates)
+    result = []
+    for f in findings:
+        if _trains_at_the_rate(f) and (why := _short_of_the_rate(f, findings)):
+            f = dataclasses.replace(f, confidence=min(f.confidence, below), verified_fix=False,
+                                    evidence=(*f.evidence, why))  # fmt: skip
+        result.append(f)
+    return result
 
 
 def _held_at_the_rate(

@@ -16,6 +16,7 @@ from nandoctor.report.model import Finding
 from nandoctor.rewind import FROM_THE_START, Start, start_for
 from nandoctor.runner import RunOutcome, rerun_options, rerun_timeout_s, run_child
 from nandoctor.stages import StageContext
+from nandoctor.stages.lr_sweep.verdicts import progress
 
 _DIVERGED_FACTOR = 10.0  # a treated run whose last loss is this far above its best diverged
 
@@ -110,16 +111,18 @@ def _failed_at(context: StageContext) -> int:
     return failure["step"] if failure else len(context.watch.steps)
 
 
-def _treated(context: StageContext, remedy: dict, name: str) -> tuple[bool, str]:
-    """The script re-run with `remedy`: whether it held past the original failure, and the
-    evidence line that says so."""
+def _treated(context: StageContext, remedy: dict, name: str) -> tuple[bool, str, float | None]:
+    """The script re-run with `remedy`: whether it held past the original failure, the
+    evidence line that says so, and how far its loss fell from step 0 (`progress`)."""
     start = treatment_start(context, remedy)
     steps = horizon(context, start)
     options = rerun_options(context.target, context.config, context.workdir, name,
                             max_steps=steps, remedy=remedy)  # fmt: skip
     timeout_s = rerun_timeout_s(context.config, context.watch, steps - start.step)
     run = run_child(options, context.workdir, timeout_s=timeout_s, name=name, start=start)
-    return _verdict(run, steps, remedy, _failed_at(context), context.watch.steps)
+    held, line = _verdict(run, steps, remedy, _failed_at(context), context.watch.steps)
+    whole = [*context.watch.steps[: run.start_step], *run.steps]
+    return held, line, progress([s.get("loss") for s in whole]) if held else None
 
 
 def _verdict(
@@ -208,9 +211,9 @@ def verify_findings(context: StageContext, findings: list[Finding]) -> list[Find
         treated = list(pool.map(lambda item: _treated(context, item[1].remedy, f"verify-{item[0]}"),
                                 enumerate(to_try)))  # fmt: skip
     verified = {}
-    for finding, (ok, line) in zip(to_try, treated, strict=True):
+    for finding, (ok, line, fell) in zip(to_try, treated, strict=True):
         verified[id(finding)] = dataclasses.replace(
-            finding, verified_fix=ok, evidence=(*finding.evidence, line)
+            finding, verified_fix=ok, evidence=(*finding.evidence, line), progress=fell
         )
     for key, finding in list(verified.items()):
         if finding.verified_fix is False and (broader := finding.remedy.get("otherwise")):
@@ -222,11 +225,11 @@ def _broader_remedy_tried(context: StageContext, finding: Finding, broader: dict
     """A narrow remedy that did not hold (one line in float32) followed by its broader form
     (the whole model in float32): if that holds, it is the fix the finding shows and verified,
     the narrow one's failure staying in the evidence."""
-    ok, line = _treated(context, broader, "verify-broader")
+    ok, line, fell = _treated(context, broader, "verify-broader")
     evidence = (*finding.evidence, line)
     if not ok:
         return dataclasses.replace(finding, evidence=evidence)
     fix = (f"verified with {describe_remedy(broader)}; {describe_remedy(finding.remedy)} "
            f"alone did not hold. {finding.fix}")  # fmt: skip
     return dataclasses.replace(finding, remedy=broader, verified_fix=True, fix=fix,
-                               evidence=evidence)  # fmt: skip
+                               evidence=evidence, progress=fell)  # fmt: skip

@@ -28,7 +28,6 @@ from nandoctor.instrument.hooks import HookSet
 from nandoctor.instrument.modules import ModuleTracker
 from nandoctor.instrument.numpy_errors import watch_numpy_errors
 from nandoctor.instrument.precision import floating_param_dtypes, precision_in_use
-from nandoctor.instrument.uninitialized import UninitializedMemory
 from nandoctor.instrument.tensors import (
     constant_factor,
     count_nonfinite,
@@ -38,6 +37,7 @@ from nandoctor.instrument.tensors import (
     params_of,
     process_group_initialized,
 )
+from nandoctor.instrument.uninitialized import UninitializedMemory
 
 
 def _total_norm(tensors: list[torch.Tensor]) -> float:

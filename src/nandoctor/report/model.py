@@ -82,6 +82,10 @@ class Finding:
     # A fix nandoctor can apply to a re-run by itself, to verify it (instrument/remedies.py).
     remedy: dict | None = None
     code: str = ""  # the stable id of this kind of claim (codes.py)
+    # How far the loss fell, as a fraction of where it started, in the run that showed the
+    # fix works (the verifying re-run; for a learning rate, the largest smaller rate that
+    # trains), counted from step 0 in both: what a fix that only hides a symptom lacks.
+    progress: float | None = None
 
 
 @dataclass(frozen=True)

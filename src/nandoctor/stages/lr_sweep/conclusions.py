@@ -292,7 +292,18 @@ def _learning_rate_finding(search: Search) -> Finding:
         location=lr_location(optimizers, schedulers, culprit),
         verified_fix=search.verified,
         code="LR501",
+        progress=_smaller_rate_progress(search),
     )
+
+
+def _smaller_rate_progress(search: Search) -> float | None:
+    """How far the loss fell at the largest smaller rate that trains, from step 0 (the
+    watched run's steps before the candidates' rewind point included)."""
+    training = [r for r in search.measured() if r.multiplier < 1 and _trains(r, search)]
+    if not training:
+        return None
+    reference = max(training, key=lambda r: r.multiplier)
+    return progress(search.baseline.losses_before[: reference.first_step] + reference.losses)
 
 
 _MOVED = 2.0  # a schedule moved the rate when it ran this x above the constructor's

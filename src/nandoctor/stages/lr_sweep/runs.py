@@ -231,6 +231,7 @@ def record_from(
         lrs=[s.get("lr") or [] for s in steps],
         norms_before=[s.get("grad_norm") for s in before],
         lrs_before=[s.get("lr") or [] for s in before],
+        losses_before=[s.get("loss") for s in outcome.steps if s["step"] < first_step],
         nonfinite_step=nonfinite["step"] if nonfinite else None,
         ended=(outcome.end or {}).get("outcome") or ("timeout" if outcome.timed_out else "died"),
         duration_s=outcome.duration_s,

@@ -77,6 +77,7 @@ class RunRecord:
     # every candidate resumed there: what "usual" was at the steps right after the point.
     norms_before: list[float | None] = field(default_factory=list)
     lrs_before: list[list[float | None]] = field(default_factory=list)
+    losses_before: list[float | None] = field(default_factory=list)  # all of them, from step 0
 
     @property
     def multiplier(self) -> float:
