@@ -257,7 +257,9 @@ _CODES = (
         "non-finite weights before training",
         "parameters that hold NaN/Inf at the first forward pass, bare `nn.Parameter`s of "
         "the user's own modules included, located at the line that last set them, or at the "
-        "line that computed the values that line sets",
+        "line that computed the values that line sets; memory the script allocated with "
+        "`torch.empty` (`empty_like`, `new_empty`) and never wrote reads as NaN "
+        "(instrument/uninitialized.py) and is located at the allocation",
         (
             "init_nonfinite_weight.py",
             "init_uninitialized_crf.py",
