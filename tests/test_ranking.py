@@ -211,10 +211,17 @@ def test_a_guard_that_keeps_the_rate_finite_but_does_not_train_leaves_the_rate_f
                                progress=0.3)  # fmt: skip
     ranked = rank_causes(apply_verified_rules([rate, guard]))
     assert [c.category for c in ranked] == ["learning_rate", "invalid_operation"]
-    assert "the loss rose 40% from where it started, and at a smaller learning rate it fell 30%" in ranked[1].evidence[-1]
+    assert (
+        "the loss rose 40% from where it started, and at a smaller learning rate it fell 30%"
+        in ranked[1].evidence[-1]
+    )
     # falling about as far as at the smaller rate, the guard trains at the rate: the formula
     trains = dataclasses.replace(guard, progress=0.2)
     ranked = rank_causes(apply_verified_rules([rate, trains]))
+    assert [c.category for c in ranked] == ["invalid_operation", "learning_rate"]
+    # a loss that rises at the smaller rate too (a policy's) tells nothing: the guard held
+    rising = dataclasses.replace(rate, progress=-0.6)
+    ranked = rank_causes(apply_verified_rules([rising, guard]))
     assert [c.category for c in ranked] == ["invalid_operation", "learning_rate"]
 
 

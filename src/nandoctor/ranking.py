@@ -262,7 +262,10 @@ def _short_of_the_rate(finding: Finding, findings: list[Finding]) -> str | None:
     loss fell less than `_AS_FAR` as far as at the largest smaller rate that trains, both
     counted from step 0. It hides the symptom (a blow-up that recovered slowly, a loss that
     stalled high) of updates too large; that rate is the one to lower."""
-    rates = [f.progress for f in findings if f.category == "learning_rate" and f.progress]
+    # A loss that does not fall at the smaller rate either (a policy's, an adversary's) says
+    # nothing about which one trains.
+    rates = [f.progress for f in findings
+             if f.category == "learning_rate" and f.progress and f.progress > 0]  # fmt: skip
     if not rates or finding.progress is None or finding.progress >= _AS_FAR * max(rates):
         return None
     return (f"its fix keeps ×1 finite, but there the loss {_moved(finding.progress)} from "
@@ -276,7 +279,7 @@ def _moved(fraction: float) -> str:
 
 def _short_of_the_rate_kept_below(findings: list[Finding]) -> list[Finding]:
     rates = [f for f in findings if f.category == "learning_rate" and f.progress]
-    if not rates:
+    if not rates or not any(_short_of_the_rate(f, findings) for f in findings):
         return findings
     below = _KEPT_BELOW * max(f.confidence for f in rates)
     result = []
