@@ -60,6 +60,17 @@ def test_one_cause_per_category_with_the_evidence_of_every_stage():
     assert cause.evidence == ("data_scan saw data", "[anomaly] anomaly saw data")
 
 
+def test_of_equal_findings_the_one_at_the_line_the_first_nan_came_from_leads():
+    # two models' attention biases left uninitialized: the word model's runs first
+    word, sent = (dataclasses.replace(finding("initialization", 0.84, stage="init_check", line=n),
+                                      title=f"non-finite weights before training: {name}")
+                  for n, name in ((90, "bias_word"), (121, "bias_sent")))  # fmt: skip
+    traced = finding("initialization", 0.5, stage="anomaly", line=90)
+    ranked = rank_causes([sent, word, traced])
+    assert ranked[0].location.line == 90
+    assert rank_causes([sent, word])[0].location.line == 121  # no trace: the order as before
+
+
 def test_hints_never_become_causes():
     assert rank_causes([finding("initialization", 0.9, severity="hint")]) == []
 

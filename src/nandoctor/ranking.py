@@ -412,12 +412,23 @@ def _learning_rate_suspect(growth: str, facts: RunFacts) -> Finding:
 
 def _merged(group: list[Finding]) -> Finding:
     """One finding per category: the strongest, with the others' evidence beside it."""
-    best = _the_script_s_own_clip(group)
+    best = _at_the_first_nonfinite(group, _the_script_s_own_clip(group))
     evidence = list(best.evidence)
     for other in group[1:]:
         evidence += [f"[{other.stage}] {line}" for line in other.evidence if line not in evidence]
     verified = True if any(f.verified_fix for f in group) else best.verified_fix
     return dataclasses.replace(best, evidence=tuple(evidence), verified_fix=verified)
+
+
+def _at_the_first_nonfinite(group: list[Finding], best: Finding) -> Finding:
+    """Of findings that stand equal (two parameters left uninitialized, one per model), the one
+    at the line the anomaly stage traced the first NaN/Inf to leads: fixing the other first
+    leaves the failure as it was."""
+    traced = next((f.location for f in group if f.stage == "anomaly" and f.location), None)
+    if traced is None or best.location == traced:
+        return best
+    return next((f for f in group if f.location == traced and _order(f)[:3] == _order(best)[:3]),
+                best)  # fmt: skip
 
 
 def _the_script_s_own_clip(group: list[Finding]) -> Finding:
