@@ -8,72 +8,78 @@ and a run called healthy may be sick on the user's machine. So, until the script
 forward pass, backward pass or optimizer step, floating tensors that the script's own lines
 create with `torch.empty`, `empty_like`, `empty_strided` or `new_empty` are filled with NaN,
 as torch itself does in deterministic mode (`torch.utils.deterministic.
-fill_uninitialized_memory`), and the line that created each is kept until something writes
-it. Only a script that reads memory it never wrote computes anything different; libraries'
+fill_uninitialized_memory`), and the line that created each is kept. Only a script that reads memory it never wrote computes anything different; libraries'
 own calls (`nn.Linear` allocates with `torch.empty`, then initializes) are left as they are.
-The legacy constructors (`torch.Tensor(n, m)`, `torch.FloatTensor(n)`) do not pass through a
-function mode and stay as the allocator left them.
+The factories are wrapped where the script finds them (`torch.empty`, `Tensor.new_empty`), not
+seen through a function mode: a mode on the stack changes how Python scalars reach ops, and the
+float64 shadow would compare other ops than a plain run makes. The legacy constructors
+(`torch.Tensor(n, m)`, `torch.FloatTensor(n)`) are not wrapped and stay as the allocator left
+them.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
+from collections.abc import Callable
 
 import torch
-from torch.overrides import TorchFunctionMode
 
-from nandoctor.instrument.frames import SourceLine, called_from_user_code, find_user_frame
-from nandoctor.instrument.writes import leave_function_mode_stack, storage_key, written_tensor
+from nandoctor.instrument.frames import SourceLine, find_user_frame, user_file
+from nandoctor.instrument.writes import storage_key
 
-_FACTORIES = {torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty}
-_MAX_KEPT = 100_000  # creation lines kept; the oldest go first
+_FACTORIES = ((torch, "empty"), (torch, "empty_like"), (torch, "empty_strided"),
+              (torch.Tensor, "new_empty"))  # fmt: skip
+_MAX_KEPT = 100_000  # allocation lines kept; the oldest go first
 
 
-class UninitializedMemory(TorchFunctionMode):
+class UninitializedMemory:
     """Fills what the script allocates uninitialized with NaN from `start()` until `stop()`;
-    `created_at(tensor)` answers afterwards for storages nothing wrote since."""
+    `created_at(tensor)` answers afterwards."""
 
     def __init__(self) -> None:
-        super().__init__()
         self._created: dict = {}  # storage key -> the user line that allocated it
         self._pid = os.getpid()
+        self._undo: list[Callable[[], None]] = []
         self.active = False
 
     def start(self) -> None:
-        self.__enter__()
+        for owner, name in _FACTORIES:
+            original = getattr(owner, name)
+            setattr(owner, name, self._wrapped(original))
+            self._undo.append(functools.partial(setattr, owner, name, original))
         self.active = True
-        # Forked DataLoader workers inherit the mode stack; their batches are not the script's
-        # allocations to fill.
-        os.register_at_fork(after_in_child=self.stop)
 
     def stop(self) -> None:
         """Fill nothing more (the script is past its set-up); called again, does nothing."""
-        if self.active:
-            self.active = False
-            leave_function_mode_stack(self)
+        self.active = False
+        while self._undo:
+            self._undo.pop()()
 
     def created_at(self, t: torch.Tensor) -> SourceLine | None:
-        """The user line that allocated `t`'s storage uninitialized, while nothing wrote it."""
+        """The user line that allocated `t`'s storage uninitialized."""
         key = storage_key(t)
         return self._created.get(key) if key is not None else None
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if not self.active or os.getpid() != self._pid:
-            return func(*args, **kwargs)
-        written = written_tensor(func, args, kwargs)
-        if written is not None and self._created:
-            self._created.pop(storage_key(written), None)
-        result = func(*args, **kwargs)
-        if func in _FACTORIES and _fillable(result) and called_from_user_code(sys._getframe(1)):
-            self._fill(result)
-        return result
+    def _wrapped(self, original: Callable) -> Callable:
+        @functools.wraps(original)
+        def allocate(*args, **kwargs):
+            result = original(*args, **kwargs)
+            # Forked DataLoader workers inherit the wrapper; their batches are not set-up.
+            # The script's own line, not torch's code it called (`nn.Linear` allocates, then
+            # initializes): the direct caller.
+            if (self.active and os.getpid() == self._pid and _fillable(result)
+                    and user_file(sys._getframe(1).f_code)):  # fmt: skip
+                self._fill(result)
+            return result
+
+        return allocate
 
     def _fill(self, t: torch.Tensor) -> None:
         with torch.no_grad():
-            t.fill_(math.nan)  # inside this mode's handler: the mode does not see its own fill
+            t.fill_(math.nan)
         key = storage_key(t)
         if key is None:
             return

@@ -197,8 +197,8 @@ def _describe_nonfinite(weight: dict) -> str:
     written = Location.from_dict(weight.get("written"))
     if written and weight.get("uninitialized"):
         text += (
-            f": allocated uninitialized at {written.short()} ({(written.code or '').strip()}) "
-            "and never written before it. nandoctor reads such memory as NaN, as torch's "
+            f": allocated uninitialized at {written.short()} ({(written.code or '').strip()}), "
+            "and nothing wrote those values before it. nandoctor reads such memory as NaN, as torch's "
             "deterministic mode does (`fill_uninitialized_memory`); a plain run reads whatever "
             "the allocator left there: zeros (0/0 in a normalization), stale finite values, NaN"
         )

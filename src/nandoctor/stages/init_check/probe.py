@@ -114,13 +114,16 @@ class InitProbe:
         their shape."""
         written, nonfinite = {}, []
         for index, (name, param) in enumerate(root.named_parameters()):
-            # Memory allocated uninitialized and never written: the allocation is its origin.
+            line = self.writes.line_of(param)
+            if is_lazy(param) or not is_checked(param) or is_finite(param):
+                if line and index < _MAX_PARAMETERS_NAMED:
+                    written[name] = line.as_dict()
+                continue
+            # Memory allocated uninitialized that is still NaN: the allocation is its origin.
             created = self.session.uninitialized.created_at(param)
-            line = created or self.writes.line_of(param)
+            line = created or line
             if line and index < _MAX_PARAMETERS_NAMED:
                 written[name] = line.as_dict()
-            if is_lazy(param) or not is_checked(param) or is_finite(param):
-                continue
             nonfinite.append({
                 "param": name,
                 "shape": list(param.shape),
