@@ -278,17 +278,16 @@ def _moved(fraction: float) -> str:
 
 
 def _short_of_the_rate_kept_below(findings: list[Finding]) -> list[Finding]:
-    rates = [f for f in findings if f.category == "learning_rate" and f.progress]
-    if not rates or not any(_short_of_the_rate(f, findings) for f in findings):
+    short = {id(f): why for f in findings
+             if _trains_at_the_rate(f) and (why := _short_of_the_rate(f, findings))}  # fmt: skip
+    if not short:
         return findings
-    below = _KEPT_BELOW * max(f.confidence for f in rates)
-    result = []
-    for f in findings:
-        if _trains_at_the_rate(f) and (why := _short_of_the_rate(f, findings)):
-            f = dataclasses.replace(f, confidence=min(f.confidence, below), verified_fix=False,
-                                    evidence=(*f.evidence, why))  # fmt: skip
-        result.append(f)
-    return result
+    rates = [f.confidence for f in findings if f.category == "learning_rate" and f.progress]
+    below = _KEPT_BELOW * max(rates)
+    return [dataclasses.replace(f, confidence=min(f.confidence, below), verified_fix=False,
+                                evidence=(*f.evidence, short[id(f)]))
+            if id(f) in short else f
+            for f in findings]  # fmt: skip
 
 
 def _held_at_the_rate(

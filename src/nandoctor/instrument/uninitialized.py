@@ -68,16 +68,17 @@ class UninitializedMemory:
         def allocate(*args, **kwargs):
             result = original(*args, **kwargs)
             # Forked DataLoader workers inherit the wrapper; their batches are not set-up.
-            # The script's own line, not torch's code it called (`nn.Linear` allocates, then
-            # initializes): the direct caller.
-            if (self.active and os.getpid() == self._pid and _fillable(result)
-                    and user_file(sys._getframe(1).f_code)):  # fmt: skip
-                self._fill(result)
+            if self.active and os.getpid() == self._pid and _fillable(result):
+                caller = sys._getframe(1)
+                # The script's own line, not torch's code it called (`nn.Linear` allocates,
+                # then initializes): the direct caller.
+                if user_file(caller.f_code):
+                    self._fill(result, caller)
             return result
 
         return allocate
 
-    def _fill(self, t: torch.Tensor) -> None:
+    def _fill(self, t: torch.Tensor, caller) -> None:
         with torch.no_grad():
             t.fill_(math.nan)
         key = storage_key(t)
@@ -85,7 +86,7 @@ class UninitializedMemory:
             return
         if len(self._created) >= _MAX_KEPT:
             self._created.pop(next(iter(self._created)))
-        self._created[key] = find_user_frame(sys._getframe(2))
+        self._created[key] = find_user_frame(caller)
 
 
 def _fillable(t) -> bool:

@@ -52,7 +52,7 @@ def _first_tensor(args, kwargs) -> torch.Tensor | None:
     return None
 
 
-def written_tensor(func, args, kwargs) -> torch.Tensor | None:
+def _written_tensor(func, args, kwargs) -> torch.Tensor | None:
     name = getattr(func, "__name__", "")
     if name == "__set__":  # a property setter: only `.data = ...` replaces values
         descriptor = getattr(func, "__self__", None)
@@ -89,17 +89,6 @@ def _registered_by_torch() -> bool:
     while frame is not None and frame.f_code.co_filename == _MODULE_FILE:
         frame = frame.f_back
     return frame is not None and frame.f_code.co_filename.startswith(TORCH_DIR)
-
-
-def leave_function_mode_stack(mode: TorchFunctionMode) -> None:
-    """Take `mode` off the function-mode stack, keeping any mode pushed above it."""
-    if mode not in _get_current_function_mode_stack():
-        return
-    above = []
-    while (top := _pop_mode()) is not mode:
-        above.append(top)
-    for other in reversed(above):
-        _push_mode(other)
 
 
 class ParameterWrites(TorchFunctionMode):
@@ -142,13 +131,21 @@ class ParameterWrites(TorchFunctionMode):
         return self._lines.get(key) if key is not None else None
 
     def _leave_stack(self) -> None:
-        leave_function_mode_stack(self)
+        """Take this mode off the function-mode stack, keeping any mode pushed above it."""
+        stack = _get_current_function_mode_stack()
+        if self not in stack:
+            return
+        above = []
+        while (top := _pop_mode()) is not self:
+            above.append(top)
+        for mode in reversed(above):
+            _push_mode(mode)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not self.active or os.getpid() != self._pid:
             return func(*args, **kwargs)
-        target = written_tensor(func, args, kwargs)
+        target = _written_tensor(func, args, kwargs)
         moved_from = None
         setter = target is not None and getattr(func, "__name__", "") == "__set__"
         if setter and _moved_by_module_apply():

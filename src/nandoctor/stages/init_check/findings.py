@@ -198,9 +198,10 @@ def _describe_nonfinite(weight: dict) -> str:
     if written and weight.get("uninitialized"):
         text += (
             f": allocated uninitialized at {written.short()} ({(written.code or '').strip()}), "
-            "and nothing wrote those values before it. nandoctor reads such memory as NaN, as torch's "
-            "deterministic mode does (`fill_uninitialized_memory`); a plain run reads whatever "
-            "the allocator left there: zeros (0/0 in a normalization), stale finite values, NaN"
+            "and nothing wrote those values before it. nandoctor reads such memory as NaN, as "
+            "torch's deterministic mode does (`fill_uninitialized_memory`); a plain run reads "
+            "whatever the allocator left there: zeros (0/0 in a normalization), stale finite "
+            "values, NaN"
         )
     elif written:
         text += f", last set at {written.short()}: {(written.code or '').strip()}"

@@ -114,16 +114,14 @@ class InitProbe:
         their shape."""
         written, nonfinite = {}, []
         for index, (name, param) in enumerate(root.named_parameters()):
-            line = self.writes.line_of(param)
-            if is_lazy(param) or not is_checked(param) or is_finite(param):
-                if line and index < _MAX_PARAMETERS_NAMED:
-                    written[name] = line.as_dict()
-                continue
+            healthy = is_lazy(param) or not is_checked(param) or is_finite(param)
             # Memory allocated uninitialized that is still NaN: the allocation is its origin.
-            created = self.session.uninitialized.created_at(param)
-            line = created or line
+            created = None if healthy else self.session.uninitialized.created_at(param)
+            line = created or self.writes.line_of(param)
             if line and index < _MAX_PARAMETERS_NAMED:
                 written[name] = line.as_dict()
+            if healthy:
+                continue
             nonfinite.append({
                 "param": name,
                 "shape": list(param.shape),

@@ -192,7 +192,8 @@ def record_from(
     steps from there on are judged (the earlier ones are the watched run's, the same for every
     candidate); the failure steps still count from step 0."""
     steps = [s for s in outcome.steps if s["step"] >= first_step]
-    before = [s for s in outcome.steps if first_step - WINDOW <= s["step"] < first_step]
+    earlier = [s for s in outcome.steps if s["step"] < first_step]
+    before = [s for s in earlier if s["step"] >= first_step - WINDOW]
     losses = [s.get("loss") for s in steps]
     amp = outcome.all("lr_sweep_amp")
     unscaled = {
@@ -231,7 +232,7 @@ def record_from(
         lrs=[s.get("lr") or [] for s in steps],
         norms_before=[s.get("grad_norm") for s in before],
         lrs_before=[s.get("lr") or [] for s in before],
-        losses_before=[s.get("loss") for s in outcome.steps if s["step"] < first_step],
+        losses_before=[s.get("loss") for s in earlier],
         nonfinite_step=nonfinite["step"] if nonfinite else None,
         ended=(outcome.end or {}).get("outcome") or ("timeout" if outcome.timed_out else "died"),
         duration_s=outcome.duration_s,
